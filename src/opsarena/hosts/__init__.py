@@ -1,0 +1,27 @@
+"""Hosts: isolated machines with systemd, the `Host` contract and its drivers."""
+
+from opsarena.hosts.base import (
+    DEFAULT_FILE_LIMIT,
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    Host,
+    HostDriver,
+    HostInfo,
+    HostSpec,
+)
+from opsarena.hosts.image import DEFAULT_IMAGE
+from opsarena.hosts.registry import driver_names, get_driver, register_driver
+
+__all__ = [
+    "DEFAULT_FILE_LIMIT",
+    "DEFAULT_IMAGE",
+    "DEFAULT_OUTPUT_LIMIT",
+    "ExecResult",
+    "Host",
+    "HostDriver",
+    "HostInfo",
+    "HostSpec",
+    "driver_names",
+    "get_driver",
+    "register_driver",
+]

@@ -1,0 +1,213 @@
+"""The `Host` contract every driver implements, and the `HostDriver` that makes hosts.
+
+A host behaves like a small machine: a real init (systemd), a disk that survives
+reboots, and a network stack of its own with no route anywhere. The arena talks to
+it only through this interface. The conformance suite (`tests/hosts/`) tests every
+sentence of these docstrings against each registered driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass, field
+
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+"""Bytes kept per output stream of `Host.exec` unless the caller asks otherwise."""
+
+DEFAULT_FILE_LIMIT = 100 * 1024 * 1024
+"""Largest file `Host.read_file` and `Host.write_file` accept."""
+
+TIMEOUT_EXIT_CODE = 124
+"""`ExecResult.exit_code` of a command killed because it ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command run in a host did.
+
+    `stdout` and `stderr` hold at most the caller's output limit each; `truncated` is
+    true when either stream had more (the rest was read and discarded). A command
+    killed at its timeout has `timed_out` true and `exit_code` 124.
+    """
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    truncated: bool
+    duration_ms: int
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What a driver needs to create one host.
+
+    `match_id` and `territory` name the host (drivers derive a unique name from both)
+    and label it, so that `cleanup` can find everything a match left.
+    """
+
+    match_id: str
+    territory: str
+    image: str
+    cpus: float = 1.0
+    memory_mb: int = 512
+    pids_limit: int = 1024
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """A host as a driver lists it."""
+
+    name: str
+    match_id: str
+    territory: str
+    image: str
+    state: str
+    created: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Host(abc.ABC):
+    """One competitor's machine.
+
+    Every method has a time bound; none waits forever. Errors:
+    - `HostUnavailableError`: the driver could not reach the host (the arena's fault);
+    - `HostBootError`: boot or reboot did not reach readiness in time;
+    - `UnitMissingError`, `ServiceNotRunningError`, `ServiceRestartError`: the state
+      of the competitor's unit made `restart_service` impossible;
+    - `HostFileError`: a file operation failed for a reason named in the message.
+    Commands that fail inside the host are not errors: `exec` returns their exit code.
+    """
+
+    name: str
+    territory: str
+    match_id: str
+
+    @property
+    @abc.abstractmethod
+    def boots(self) -> int:
+        """How many boots of this host this object has seen: 1 after creation, plus one
+        per confirmed reboot."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        user: str | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        """Run `cmd` in the host and return what it did.
+
+        A string runs through `bash -c`; a list runs as is. `input` is fed to stdin
+        (stdin is empty otherwise). `user` runs it as that user (default root).
+        After `timeout` seconds the command and every process in its process group
+        are killed inside the host (not merely abandoned) and the result has
+        `timed_out` true. Each stream keeps at most `output_limit` bytes.
+        Raises `HostUnavailableError` when the host cannot run commands at all
+        (stopped, rebooting, or the driver failed).
+        """
+
+    @abc.abstractmethod
+    async def read_file(self, path: str, *, limit: int = DEFAULT_FILE_LIMIT) -> bytes:
+        """Return the exact bytes of the file at absolute `path` in the host.
+
+        Raises `HostFileError` if it is missing, not a regular file, or larger than
+        `limit` bytes.
+        """
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        """Write `data` exactly to absolute `path` in the host, creating parent
+        directories, replacing any file there. Raises `HostFileError` when the data is
+        over `DEFAULT_FILE_LIMIT` or the host refused the write (disk full, a directory
+        in the way)."""
+
+    @abc.abstractmethod
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
+        """Restart systemd `unit` and return its new main PID.
+
+        Returns once the unit's MainPID is non-zero and differs from the one before.
+        Raises `UnitMissingError` if the unit does not exist, `ServiceNotRunningError`
+        if it has no main process to restart, and `ServiceRestartError` if no new main
+        process appeared within `timeout` seconds.
+        """
+
+    @abc.abstractmethod
+    async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
+        """Reboot the host and wait until it is ready again.
+
+        Clean (default): systemd inside shuts down in order, then the host boots.
+        Hard: every process is killed at once, then the host boots. Either way `/run`
+        and `/tmp` come back empty, the disk is kept, and enabled units start again.
+        The reboot is confirmed by the host's init having a new start time; `boots`
+        grows by one. Raises `HostBootError` if the host is not ready within `timeout`
+        seconds, `HostUnavailableError` if the driver could not reboot it.
+        """
+
+    @abc.abstractmethod
+    async def wait_ready(self, timeout: float) -> str:
+        """Wait until systemd in the host reports `running` or `degraded` and return
+        that state. Raises `HostBootError` after `timeout` seconds."""
+
+    @abc.abstractmethod
+    async def connect(
+        self, port: int, *, timeout: float = 5.0
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Open a TCP connection to 127.0.0.1:`port` inside the host's own network.
+
+        The connection is made by the arena's process; nothing runs in the host for
+        it and no port is published, so what arrives is the competitor's server's own
+        answer. Raises `ConnectionRefusedError` when nothing listens (at once),
+        `TimeoutError` after `timeout` seconds, `HostUnavailableError` when the host
+        is not running.
+        """
+
+
+class HostDriver(abc.ABC):
+    """Makes, finds and removes hosts of one kind (podman containers, ...).
+
+    Drivers register by name in `opsarena.hosts.registry`; callers never import one.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
+        """Create and boot a host, returning it once `wait_ready` succeeded.
+
+        Raises `ImageMissingError` when the image is absent, `HostBootError` when it
+        did not boot (the half-made host is removed first), `HostError` when a host of
+        that name exists already.
+        """
+
+    @abc.abstractmethod
+    async def get(self, name: str) -> Host:
+        """The existing host called `name` (as `HostInfo.name`). Raises
+        `HostNotFoundError`."""
+
+    @abc.abstractmethod
+    async def list(self, *, match_id: str | None = None) -> list[HostInfo]:
+        """Every host this driver made (of one match when `match_id` is given)."""
+
+    @abc.abstractmethod
+    async def remove(self, name: str) -> None:
+        """Stop and delete host `name`, at once. Raises `HostNotFoundError`."""
+
+    async def cleanup(self, *, match_id: str | None = None) -> list[str]:
+        """Remove every host this driver made (of one match when given); return their
+        names. Touches nothing the driver did not label as its own."""
+        infos = await self.list(match_id=match_id)
+        await asyncio.gather(*(self.remove(info.name) for info in infos))
+        return [info.name for info in infos]
+
+    def host_name(self, match_id: str, territory: str) -> str:
+        """The name a host of `territory` in `match_id` gets."""
+        return f"opsarena-{match_id}-{territory}"

@@ -1,0 +1,190 @@
+"""The host image: Debian bookworm with systemd, built by mmdebstrap, imported into podman.
+
+The image carries a label with a hash of its recipe, so `build_image` does nothing
+when the image there was built from the current recipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opsarena.errors import DriverMissingError, HostError
+
+DEFAULT_IMAGE = "localhost/opsarena-host:bookworm"
+RECIPE_LABEL = "opsarena.recipe"
+BUILD_TIMEOUT = 20 * 60.0
+
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "curl",
+    "ca-certificates",
+    "procps",
+    "iproute2",
+    "nano",
+    "less",
+    # A real third-party web server able to take PUT (its DAV module), installed but
+    # left disabled: the `webdav` scripted builder configures it.
+    "nginx-light",
+)
+
+# Run in the finished tree ("$1"): the image must not serve anything by itself.
+CUSTOMIZE_HOOKS = (
+    'chroot "$1" systemctl disable nginx.service',
+    'rm -f "$1"/etc/nginx/sites-enabled/default',
+    'chroot "$1" systemctl mask systemd-resolved.service apt-daily.timer apt-daily-upgrade.timer',
+    'rm -f "$1"/etc/machine-id && touch "$1"/etc/machine-id',
+)
+
+IMPORT_CHANGES = (
+    'CMD ["/sbin/init"]',
+    "STOPSIGNAL SIGRTMIN+3",
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    name: str
+    image_id: str
+    recipe: str
+    size_bytes: int
+    created: str
+
+
+def recipe_hash(suite: str = "bookworm", mirror: str | None = None) -> str:
+    """A short hash of everything that decides what the image contains."""
+    recipe = {
+        "suite": suite,
+        "mirror": mirror or "",
+        "variant": "minbase",
+        "packages": PACKAGES,
+        "hooks": CUSTOMIZE_HOOKS,
+        "changes": IMPORT_CHANGES,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+async def _podman(*args: str, timeout: float = 120.0) -> tuple[int, str, str]:
+    podman = shutil.which("podman")
+    if not podman:
+        raise DriverMissingError("podman is not installed: run ./bootstrap")
+    proc = await asyncio.create_subprocess_exec(
+        podman, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        raise HostError(f"podman {args[0]} did not finish within {timeout:g}s") from None
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def list_images() -> list[ImageInfo]:
+    """Every image built by opsarena, newest first."""
+    code, out, err = await _podman("images", "--filter", f"label={RECIPE_LABEL}", "--format", "json")
+    if code != 0:
+        raise HostError(f"podman images failed: {err.strip()}")
+    images = []
+    for row in json.loads(out or "[]"):
+        names = row.get("Names") or ["<none>"]
+        images.append(
+            ImageInfo(
+                name=names[0],
+                image_id=row.get("Id", "")[:12],
+                recipe=(row.get("Labels") or {}).get(RECIPE_LABEL, ""),
+                size_bytes=int(row.get("Size", 0)),
+                created=str(row.get("CreatedAt", "")),
+            )
+        )
+    return images
+
+
+async def image_recipe(name: str) -> str | None:
+    """The recipe hash of image `name`, or None when there is no such image."""
+    code, out, _err = await _podman("image", "inspect", "--format", "json", name)
+    if code != 0:
+        return None
+    labels = json.loads(out)[0].get("Labels") or {}
+    return str(labels.get(RECIPE_LABEL, ""))
+
+
+async def build_image(
+    name: str = DEFAULT_IMAGE,
+    *,
+    force: bool = False,
+    mirror: str | None = None,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> bool:
+    """Build image `name` unless it already matches the recipe; return True if built.
+
+    `progress` receives one line per step of the build. Raises `DriverMissingError`
+    when mmdebstrap or podman is missing and `HostError` when the build fails; a
+    failed build leaves the previous image (if any) in place and no files behind.
+    """
+    mirror = mirror or os.environ.get("OPSARENA_DEBIAN_MIRROR") or None
+    wanted = recipe_hash(mirror=mirror)
+    current = await image_recipe(name)
+    if current == wanted and not force:
+        progress(f"{name} is up to date (recipe {wanted})")
+        return False
+    mmdebstrap = shutil.which("mmdebstrap")
+    if not mmdebstrap:
+        raise DriverMissingError("mmdebstrap is not installed: run ./bootstrap")
+    workdir = tempfile.mkdtemp(prefix="opsarena-image-", dir="/var/tmp")
+    try:
+        tarball = os.path.join(workdir, "rootfs.tar")
+        argv = [mmdebstrap, "--variant=minbase", "--include=" + ",".join(PACKAGES)]
+        argv += [f"--customize-hook={hook}" for hook in CUSTOMIZE_HOOKS]
+        argv += ["bookworm", tarball]
+        if mirror:
+            argv.append(mirror)
+        progress(f"building the Debian bookworm tree with mmdebstrap ({len(PACKAGES)} packages)")
+        await _stream(argv, progress, BUILD_TIMEOUT)
+        progress(f"importing into podman as {name}")
+        args = ["import"]
+        for change in (*IMPORT_CHANGES, f"LABEL {RECIPE_LABEL}={wanted}"):
+            args += ["--change", change]
+        code, _out, err = await _podman(*args, tarball, name, timeout=600.0)
+        if code != 0:
+            raise HostError(f"podman import failed: {err.strip().splitlines()[-1:]}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    with contextlib.suppress(HostError):
+        await _podman("image", "prune", "--force", "--filter", f"label={RECIPE_LABEL}")
+    progress(f"{name} built (recipe {wanted})")
+    return True
+
+
+async def _stream(argv: list[str], progress: Callable[[str], None], timeout: float) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                tail = [*tail[-9:], line]
+                if line.startswith("I: "):
+                    progress(line[3:])
+            await proc.wait()
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise HostError(f"mmdebstrap failed ({proc.returncode}): {' | '.join(tail[-3:])}")

@@ -1,0 +1,396 @@
+"""The podman driver: each host is a podman container running systemd as PID 1.
+
+Containers have no network (`--network none`), so a host has only its own loopback;
+the arena reaches servers in it through `connect()` (a socket made in the
+container's network namespace) and runs commands through `podman exec`.
+
+What a machine needs is detected when the driver starts, never assumed: a hybrid
+cgroup hierarchy needs the runc runtime (crun refuses it), and ulimits are capped
+at the arena's own hard limits (raising them needs CAP_SYS_RESOURCE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import resource
+import shutil
+import time
+from typing import Any
+
+from opsarena.errors import (
+    DriverMissingError,
+    HostBootError,
+    HostError,
+    HostFileError,
+    HostNotFoundError,
+    HostUnavailableError,
+    ImageMissingError,
+    ServiceNotRunningError,
+    ServiceRestartError,
+    UnitMissingError,
+)
+from opsarena.hosts.base import (
+    DEFAULT_FILE_LIMIT,
+    DEFAULT_OUTPUT_LIMIT,
+    TIMEOUT_EXIT_CODE,
+    ExecResult,
+    Host,
+    HostDriver,
+    HostInfo,
+    HostSpec,
+)
+from opsarena.hosts.netns import socket_in_netns
+from opsarena.hosts.process import ProcessResult, run_process
+
+LABEL_MATCH = "opsarena.match"
+LABEL_TERRITORY = "opsarena.territory"
+PODMAN_TIMEOUT = 30.0
+# Ceilings for the hosts' ulimits. Podman's defaults (1048576) exceed the hard limits
+# of an unprivileged arena, and conmon may run with a lower NPROC hard limit than the
+# shell that started it, so stay well below both; --pids-limit bounds processes anyway.
+NOFILE_CEILING = 8192
+NPROC_CEILING = 4096
+_READY_STATES = ("running", "degraded")
+_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
+
+
+def _cgroup_is_hybrid() -> bool:
+    """True on a cgroup v1/v2 hybrid (a tmpfs at /sys/fs/cgroup with `unified` in it)."""
+    return os.path.isdir("/sys/fs/cgroup/unified") and not os.path.exists(
+        "/sys/fs/cgroup/cgroup.controllers"
+    )
+
+
+def _ulimit(kind: int, ceiling: int) -> int:
+    _soft, hard = resource.getrlimit(kind)
+    return ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+
+
+class Podman:
+    """The podman command line, with a timeout on every call and this machine's quirks."""
+
+    def __init__(self, binary: str | None = None) -> None:
+        found = binary or shutil.which("podman")
+        if not found:
+            raise DriverMissingError(
+                "podman is not installed: run ./bootstrap (or apt-get install podman runc)"
+            )
+        self.binary = found
+        self.run_flags = self._detect_run_flags()
+
+    @staticmethod
+    def _detect_run_flags() -> list[str]:
+        flags: list[str] = []
+        if _cgroup_is_hybrid():
+            if not shutil.which("runc"):
+                raise DriverMissingError(
+                    "this machine has hybrid cgroups, which only the runc runtime "
+                    "supports: apt-get install runc"
+                )
+            flags += ["--runtime", "runc"]
+        nofile = _ulimit(resource.RLIMIT_NOFILE, NOFILE_CEILING)
+        nproc = _ulimit(resource.RLIMIT_NPROC, NPROC_CEILING)
+        flags += ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+        return flags
+
+    async def run(
+        self,
+        *args: str,
+        timeout: float = PODMAN_TIMEOUT,
+        input: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ProcessResult:
+        """Run `podman ARGS`. Raises `HostUnavailableError` when podman itself hangs."""
+        result = await run_process(
+            [self.binary, *args], timeout=timeout, input=input, output_limit=output_limit
+        )
+        if result.timed_out:
+            raise HostUnavailableError(f"podman {args[0]} did not answer within {timeout:g}s")
+        return result
+
+    async def check(self, *args: str, timeout: float = PODMAN_TIMEOUT) -> str:
+        """Run `podman ARGS` and return its stdout; raise `HostUnavailableError` on failure."""
+        result = await self.run(*args, timeout=timeout)
+        if result.returncode != 0:
+            raise HostUnavailableError(f"podman {args[0]} failed: {_last_line(result.stderr)}")
+        return result.stdout.decode(errors="replace")
+
+
+def _last_line(data: bytes) -> str:
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def _init_start_time(pid: int) -> int | None:
+    """The start time (clock ticks since the machine booted) of process `pid`."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return int(fields[19])  # field 22 of stat(5); fields[0] here is field 3
+
+
+class PodmanHost(Host):
+    """A podman container booted with systemd. See `Host` for the contract."""
+
+    def __init__(self, podman: Podman, name: str, match_id: str, territory: str) -> None:
+        self.podman = podman
+        self.name = name
+        self.match_id = match_id
+        self.territory = territory
+        self._boots = 1
+        self._pid = 0
+        self._boot_id: int | None = None
+
+    @property
+    def boots(self) -> int:
+        return self._boots
+
+    async def _inspect(self) -> dict[str, Any]:
+        result = await self.podman.run("inspect", "--type", "container", "--format", "json", self.name)
+        if result.returncode != 0:
+            if b"no such" in result.stderr.lower():
+                raise HostNotFoundError(f"host {self.name} does not exist")
+            raise HostUnavailableError(f"cannot inspect {self.name}: {_last_line(result.stderr)}")
+        data: list[dict[str, Any]] = json.loads(result.stdout)
+        return data[0]
+
+    async def _init_pid(self) -> int:
+        """PID (on this machine) of the host's init, refreshed when the host rebooted."""
+        if self._pid and _init_start_time(self._pid) == self._boot_id:
+            return self._pid
+        state = (await self._inspect())["State"]
+        if not state.get("Running"):
+            raise HostUnavailableError(f"host {self.name} is not running ({state.get('Status')})")
+        self._pid = int(state["Pid"])
+        self._boot_id = _init_start_time(self._pid)
+        return self._pid
+
+    async def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        user: str | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        podman_args = ["exec"]
+        if input is not None:
+            podman_args.append("--interactive")
+        if user is not None:
+            podman_args += ["--user", user]
+        # `timeout` runs inside the host and SIGKILLs the command's whole process group,
+        # so a command past its time is really gone, not merely abandoned.
+        podman_args += [self.name, "timeout", "--signal=KILL", f"{timeout:.3f}s", *argv]
+        result = await self.podman.run(
+            *podman_args, timeout=timeout + 15.0, input=input, output_limit=output_limit
+        )
+        code = result.returncode
+        if code in (125, 126, 255) and result.stderr.startswith(b"Error: "):
+            raise HostUnavailableError(f"cannot run commands in {self.name}: {_last_line(result.stderr)}")
+        timed_out = code == 128 + 9 and result.duration_ms >= timeout * 1000
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else (code if code is not None else -1),
+            stdout=result.stdout,
+            stderr=result.stderr,
+            truncated=result.truncated,
+            duration_ms=result.duration_ms,
+            timed_out=timed_out,
+        )
+
+    async def read_file(self, path: str, *, limit: int = DEFAULT_FILE_LIMIT) -> bytes:
+        _require_absolute(path)
+        script = 'test -f "$1" || { echo "not a regular file" >&2; exit 3; }; exec cat -- "$1"'
+        result = await self.exec(
+            ["bash", "-c", script, "read_file", path], timeout=60.0, output_limit=limit + 1
+        )
+        if result.exit_code != 0:
+            raise HostFileError(f"cannot read {path} in {self.name}: {_last_line(result.stderr)}")
+        if len(result.stdout) > limit:
+            raise HostFileError(f"{path} in {self.name} is larger than {limit} bytes")
+        return result.stdout
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        _require_absolute(path)
+        if len(data) > DEFAULT_FILE_LIMIT:
+            raise HostFileError(f"{len(data)} bytes is over the {DEFAULT_FILE_LIMIT} byte limit")
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
+        result = await self.exec(
+            ["bash", "-c", script, "write_file", path, f"{mode:o}"], timeout=60.0, input=data
+        )
+        if result.exit_code != 0:
+            raise HostFileError(f"cannot write {path} in {self.name}: {_last_line(result.stderr)}")
+
+    async def _unit_state(self, unit: str) -> tuple[str, str, int]:
+        result = await self.exec(
+            ["systemctl", "show", "--property=LoadState,ActiveState,MainPID", "--", unit],
+            timeout=10.0,
+        )
+        props = dict(
+            line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line
+        )
+        return props.get("LoadState", ""), props.get("ActiveState", ""), int(props.get("MainPID") or 0)
+
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
+        if not _UNIT_RE.match(unit):
+            raise UnitMissingError(f"{unit!r} is not a systemd unit name")
+        load, active, old_pid = await self._unit_state(unit)
+        if load != "loaded":
+            raise UnitMissingError(f"unit {unit} does not exist in {self.name} ({load or 'unknown'})")
+        if old_pid == 0:
+            raise ServiceNotRunningError(f"unit {unit} in {self.name} has no running process ({active})")
+        deadline = time.monotonic() + timeout
+        restart = await self.exec(["systemctl", "restart", "--", unit], timeout=timeout)
+        if restart.exit_code != 0:
+            raise ServiceRestartError(
+                f"systemctl restart {unit} failed in {self.name}: {_last_line(restart.stderr)}"
+            )
+        while True:
+            _load, active, pid = await self._unit_state(unit)
+            if pid not in (0, old_pid):
+                return pid
+            if time.monotonic() >= deadline:
+                raise ServiceRestartError(
+                    f"unit {unit} in {self.name} had no new main process {timeout:g}s after "
+                    f"restart ({active}, MainPID {pid})"
+                )
+            await asyncio.sleep(0.1)
+
+    async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        old_boot = (self._pid, self._boot_id) if self._pid else None
+        with contextlib.suppress(HostError):
+            await self._init_pid()
+            old_boot = (self._pid, self._boot_id)
+        if hard:
+            await self.podman.check("kill", "--signal", "KILL", self.name, timeout=timeout)
+            await self.podman.check("start", self.name, timeout=timeout)
+        else:
+            # podman sends SIGRTMIN+3, systemd's "halt" request, and waits for it.
+            await self.podman.check("restart", "--time", "20", self.name, timeout=timeout)
+        await self._init_pid()
+        if (self._pid, self._boot_id) == old_boot:
+            raise HostBootError(f"{self.name} did not reboot: its init has the same start time")
+        self._boots += 1
+        await self.wait_ready(max(1.0, deadline - time.monotonic()))
+
+    async def wait_ready(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        last = "not started"
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                result = await self.exec(
+                    ["systemctl", "is-system-running", "--wait"], timeout=max(0.5, remaining)
+                )
+                last = result.stdout.decode().strip() or _last_line(result.stderr)
+                if last in _READY_STATES:
+                    return last
+                if last in ("maintenance", "stopping", "offline"):
+                    break
+            except HostUnavailableError as exc:
+                last = str(exc)
+            await asyncio.sleep(0.05)
+        raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
+
+    async def connect(
+        self, port: int, *, timeout: float = 5.0
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if not 0 < port < 65536:
+            raise ValueError(f"port {port} is out of range")
+        pid = await self._init_pid()
+        try:
+            sock = socket_in_netns(pid)
+        except ProcessLookupError as exc:
+            raise HostUnavailableError(f"{self.name} is not running (init is gone)") from exc
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+                return await asyncio.open_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+
+
+def _require_absolute(path: str) -> None:
+    if not path.startswith("/"):
+        raise HostFileError(f"{path!r} is not an absolute path")
+
+
+class PodmanDriver(HostDriver):
+    """Hosts as podman containers. See `HostDriver`."""
+
+    name = "podman"
+
+    def __init__(self, podman: Podman | None = None) -> None:
+        self.podman = podman or Podman()
+
+    def _host(self, name: str, labels: dict[str, str]) -> PodmanHost:
+        return PodmanHost(self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, ""))
+
+    async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
+        name = self.host_name(spec.match_id, spec.territory)
+        if (await self.podman.run("image", "exists", spec.image)).returncode != 0:
+            raise ImageMissingError(f"image {spec.image} is not there: run `opsarena image build`")
+        if (await self.podman.run("container", "exists", name)).returncode == 0:
+            raise HostError(f"host {name} exists already: remove it with `opsarena hosts rm {name}`")
+        result = await self.podman.run(
+            "run", "--detach", "--name", name, "--hostname", spec.territory,
+            "--label", f"{LABEL_MATCH}={spec.match_id}",
+            "--label", f"{LABEL_TERRITORY}={spec.territory}",
+            "--network", "none", "--systemd", "always",
+            "--cpus", f"{spec.cpus:g}", "--memory", f"{spec.memory_mb}m",
+            "--memory-swap", f"{spec.memory_mb}m", "--pids-limit", str(spec.pids_limit),
+            *self.podman.run_flags,
+            spec.image, "/sbin/init",
+            timeout=boot_timeout,
+        )  # fmt: skip
+        host = PodmanHost(self.podman, name, spec.match_id, spec.territory)
+        try:
+            if result.returncode != 0:
+                raise HostBootError(f"host {name} did not start: {_last_line(result.stderr)}")
+            await host.wait_ready(boot_timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.remove(name)
+            raise
+        return host
+
+    async def get(self, name: str) -> Host:
+        host = PodmanHost(self.podman, name, "", "")
+        labels = (await host._inspect())["Config"].get("Labels") or {}
+        if LABEL_MATCH not in labels:
+            raise HostNotFoundError(f"{name} is not an opsarena host")
+        return self._host(name, labels)
+
+    async def list(self, *, match_id: str | None = None) -> list[HostInfo]:
+        label = f"{LABEL_MATCH}={match_id}" if match_id is not None else LABEL_MATCH
+        out = await self.podman.check("ps", "--all", "--filter", f"label={label}", "--format", "json")
+        infos = []
+        for row in json.loads(out or "[]"):
+            labels = row.get("Labels") or {}
+            infos.append(
+                HostInfo(
+                    name=row["Names"][0],
+                    match_id=labels.get(LABEL_MATCH, ""),
+                    territory=labels.get(LABEL_TERRITORY, ""),
+                    image=row.get("Image", ""),
+                    state=row.get("State", ""),
+                    created=str(row.get("CreatedAt", "")),
+                    labels=labels,
+                )
+            )
+        return sorted(infos, key=lambda info: info.name)
+
+    async def remove(self, name: str) -> None:
+        result = await self.podman.run("rm", "--force", "--time", "0", name, timeout=60.0)
+        if result.returncode != 0:
+            if b"no such container" in result.stderr.lower():
+                raise HostNotFoundError(f"host {name} does not exist")
+            raise HostUnavailableError(f"cannot remove {name}: {_last_line(result.stderr)}")

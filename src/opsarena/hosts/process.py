@@ -1,0 +1,109 @@
+"""Running a local program with a timeout and capped output, for host drivers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a local program did. `returncode` is None when it was killed at its timeout."""
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    truncated: bool
+    duration_ms: int
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+    kept = bytearray()
+    truncated = False
+    while chunk := await stream.read(_CHUNK):
+        room = limit - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+        if len(chunk) > room:
+            truncated = True  # keep draining so the program never blocks on a full pipe
+    return bytes(kept), truncated
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    timeout: float,
+    input: bytes | None = None,
+    output_limit: int = 1024 * 1024,
+    kill_grace: float = 2.0,
+) -> ProcessResult:
+    """Run `argv`, feed it `input`, and keep at most `output_limit` bytes per stream.
+
+    After `timeout` seconds the program's whole process group gets SIGKILL and the
+    result has `returncode` None; output read until then is kept. Raises
+    `FileNotFoundError` when the program does not exist.
+    """
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = asyncio.gather(
+        _read_capped(proc.stdout, output_limit), _read_capped(proc.stderr, output_limit)
+    )
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if input:
+                proc.stdin.write(input)
+                await proc.stdin.drain()
+            proc.stdin.close()
+            await proc.stdin.wait_closed()
+
+    returncode: int | None
+    try:
+        async with asyncio.timeout(timeout):
+            await feed()
+            (out, out_cut), (err, err_cut) = await readers
+            returncode = await proc.wait()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            async with asyncio.timeout(kill_grace):
+                (out, out_cut), (err, err_cut) = await readers
+        except TimeoutError:
+            readers.cancel()
+            out, out_cut, err, err_cut = b"", True, b"", True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(kill_grace):
+                await proc.wait()
+        returncode = None
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        readers.cancel()
+        raise
+    return ProcessResult(
+        returncode=returncode,
+        stdout=out,
+        stderr=err,
+        truncated=out_cut or err_cut,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
