@@ -1,0 +1,75 @@
+"""Shared fixtures: real hosts on the podman driver, each test with its own match id.
+
+Every host a test makes is labelled with a match id unique to that test, and the
+match's hosts are removed when the test ends, whether it passed or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from opsarena.hosts import DEFAULT_IMAGE, Host, HostDriver, HostSpec, get_driver
+
+HostFactory = Callable[..., Awaitable[Host]]
+
+TEST_IMAGE = os.environ.get("OPSARENA_TEST_IMAGE", DEFAULT_IMAGE)
+
+
+def _image_present() -> bool:
+    if shutil.which("podman") is None:
+        return False
+    probe = subprocess.run(["podman", "image", "exists", TEST_IMAGE], check=False)
+    return probe.returncode == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `hosts` need podman and the image; in CI their absence is an error."""
+    if _image_present():
+        return
+    if os.environ.get("CI"):
+        raise pytest.UsageError(
+            f"CI needs podman and the image {TEST_IMAGE}: run ./bootstrap test"
+        )
+    skip = pytest.mark.skip(reason=f"podman or image {TEST_IMAGE} missing (./bootstrap test)")
+    for item in items:
+        if "hosts" in item.keywords:
+            item.add_marker(skip)
+
+
+def new_match_id(prefix: str = "t") -> str:
+    """A match id no other test uses (hosts are named after it)."""
+    return f"{prefix}{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def match_id() -> str:
+    return new_match_id()
+
+
+@pytest.fixture
+def podman_driver() -> HostDriver:
+    return get_driver("podman")
+
+
+@pytest.fixture
+async def host_factory(
+    podman_driver: HostDriver, match_id: str
+) -> AsyncIterator[HostFactory]:
+    """`await host_factory("territory")` boots a host; all are removed at teardown."""
+
+    async def make(territory: str = "a", **spec: object) -> Host:
+        return await podman_driver.create(
+            HostSpec(match_id=match_id, territory=territory, image=TEST_IMAGE, **spec)  # type: ignore[arg-type]
+        )
+
+    try:
+        yield make
+    finally:
+        await asyncio.shield(podman_driver.cleanup(match_id=match_id))
