@@ -34,9 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if _image_present():
         return
     if os.environ.get("CI"):
-        raise pytest.UsageError(
-            f"CI needs podman and the image {TEST_IMAGE}: run ./bootstrap test"
-        )
+        raise pytest.UsageError(f"CI needs podman and the image {TEST_IMAGE}: run ./bootstrap test")
     skip = pytest.mark.skip(reason=f"podman or image {TEST_IMAGE} missing (./bootstrap test)")
     for item in items:
         if "hosts" in item.keywords:
@@ -59,9 +57,7 @@ def podman_driver() -> HostDriver:
 
 
 @pytest.fixture
-async def host_factory(
-    podman_driver: HostDriver, match_id: str
-) -> AsyncIterator[HostFactory]:
+async def host_factory(podman_driver: HostDriver, match_id: str) -> AsyncIterator[HostFactory]:
     """`await host_factory("territory")` boots a host; all are removed at teardown."""
 
     async def make(territory: str = "a", **spec: object) -> Host:

@@ -55,3 +55,50 @@ class ServiceNotRunningError(HostError):
 
 class ServiceRestartError(HostError):
     """`systemctl restart` did not produce a new main process within the bound."""
+
+
+class StoreError(OpsArenaError):
+    """The event log cannot be used: the file is not an opsarena event log, was written by
+    a newer opsarena, or cannot be opened."""
+
+
+class MatchNotFoundError(OpsArenaError):
+    """No match with that id is in the event log."""
+
+
+class EventLogError(OpsArenaError):
+    """A match's event log describes something impossible (an unknown event, a transition a
+    state machine forbids, a gap in the sequence), so no record can be folded from it."""
+
+
+class ChallengeError(OpsArenaError):
+    """A challenge is unknown, or its file is invalid. `problems` holds one line per
+    problem (file, field, what is wrong); `str()` joins them into one line."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+class PreflightError(OpsArenaError):
+    """A fresh host already passes the first milestone: the challenge or the host image
+    is broken, and no match may start on it."""
+
+
+class UnknownBuilderError(UsageError):
+    """No scripted builder has that name."""
+
+
+class AgentSpecError(OpsArenaError):
+    """An agent spec (`llm:MODEL`, `command:PROGRAM ...`, `scripted:NAME`, `human`) or its
+    settings are wrong: unknown kind, missing argument, a setting that does not apply."""
+
+
+class AgentConfigError(OpsArenaError):
+    """An agent cannot start: no LLM endpoint configured or reachable, a key missing or
+    refused, a program not found."""
+
+
+class CompetitorsFileError(OpsArenaError):
+    """A competitors file is missing, not TOML, or invalid; the message has one line per
+    problem, naming the file and the field."""

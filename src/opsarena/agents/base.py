@@ -35,7 +35,8 @@ class AgentContext:
     (the controller cancels it then anyway). `feedback` receives short referee
     messages ("service-restart failed: record_missing ...") when the challenge
     enables feedback. `params` carries challenge facts a scripted agent may use
-    (port, unit).
+    (port, unit). `done` is set by the controller when a person declares the
+    territory finished (`opsarena done MATCH TERRITORY`).
     """
 
     match_id: str
@@ -46,6 +47,7 @@ class AgentContext:
     report: Report = _no_report
     feedback: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     params: dict[str, Any] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(frozen=True)

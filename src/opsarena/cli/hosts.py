@@ -25,7 +25,9 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 app = typer.Typer(help="Bring up, use, fault and remove hosts.", no_args_is_help=True)
 
-DriverOption = Annotated[str, typer.Option("--driver", help="Host driver.", envvar="OPSARENA_DRIVER")]
+DriverOption = Annotated[
+    str, typer.Option("--driver", help="Host driver.", envvar="OPSARENA_DRIVER")
+]
 
 
 def check_name(kind: str, value: str) -> str:
@@ -84,7 +86,9 @@ def ls(
     infos = asyncio.run(get_driver(driver).list(match_id=match))
     table = Table("name", "match", "territory", "state", "image")
     for info in infos:
-        short = info.territory if info.match_id == MANUAL_MATCH else f"{info.match_id}/{info.territory}"
+        short = (
+            info.territory if info.match_id == MANUAL_MATCH else f"{info.match_id}/{info.territory}"
+        )
         table.add_row(short, info.match_id, info.territory, info.state, info.image)
     console.print(table)
 
@@ -132,7 +136,10 @@ def shell(
     if podman is None:
         raise DriverMissingError("podman is not installed: run ./bootstrap")
     tty = ["--tty"] if sys.stdin.isatty() else []
-    os.execv(podman, [podman, "exec", "--interactive", *tty, "--workdir", "/root", host.name, "bash", "-l"])
+    os.execv(
+        podman,
+        [podman, "exec", "--interactive", *tty, "--workdir", "/root", host.name, "bash", "-l"],
+    )
 
 
 @app.command("restart-service")
@@ -192,4 +199,6 @@ def cleanup(
     if (match is None) == (not all_):
         raise UsageError("hosts cleanup needs exactly one of --match MATCH or --all")
     removed = asyncio.run(get_driver(driver).cleanup(match_id=match))
-    console.print(f"removed {len(removed)} host(s)" + (f": {', '.join(removed)}" if removed else ""))
+    console.print(
+        f"removed {len(removed)} host(s)" + (f": {', '.join(removed)}" if removed else "")
+    )

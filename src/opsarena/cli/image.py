@@ -36,8 +36,14 @@ def build(
 def ls() -> None:
     """List the images opsarena built."""
     table = Table("name", "id", "recipe", "size", "created")
+    for column in table.columns:
+        column.no_wrap = True
     for image in asyncio.run(list_images()):
         table.add_row(
-            image.name, image.image_id, image.recipe, f"{image.size_bytes / 1e6:.0f} MB", image.created
+            image.name,
+            image.image_id,
+            image.recipe,
+            f"{image.size_bytes / 1e6:.0f} MB",
+            image.created,
         )
     console.print(table)

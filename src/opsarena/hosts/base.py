@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import builtins
+import contextlib
 from dataclasses import dataclass, field
+
+from opsarena.errors import HostNotFoundError
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 """Bytes kept per output stream of `Host.exec` unless the caller asks otherwise."""
@@ -201,12 +205,17 @@ class HostDriver(abc.ABC):
     async def remove(self, name: str) -> None:
         """Stop and delete host `name`, at once. Raises `HostNotFoundError`."""
 
-    async def cleanup(self, *, match_id: str | None = None) -> list[str]:
+    async def cleanup(self, *, match_id: str | None = None) -> builtins.list[str]:
         """Remove every host this driver made (of one match when given); return their
         names. Touches nothing the driver did not label as its own."""
         infos = await self.list(match_id=match_id)
-        await asyncio.gather(*(self.remove(info.name) for info in infos))
+        await asyncio.gather(*(self._remove_if_there(info.name) for info in infos))
         return [info.name for info in infos]
+
+    async def _remove_if_there(self, name: str) -> None:
+        # Another cleanup may have removed it between list and remove: that is fine.
+        with contextlib.suppress(HostNotFoundError):
+            await self.remove(name)
 
     def host_name(self, match_id: str, territory: str) -> str:
         """The name a host of `territory` in `match_id` gets."""

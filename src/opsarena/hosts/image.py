@@ -11,12 +11,13 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from opsarena.errors import DriverMissingError, HostError
+from opsarena.errors import DriverMissingError, HostError, UsageError
 
 DEFAULT_IMAGE = "localhost/opsarena-host:bookworm"
 RECIPE_LABEL = "opsarena.recipe"
@@ -94,7 +95,9 @@ async def _podman(*args: str, timeout: float = 120.0) -> tuple[int, str, str]:
 
 async def list_images() -> list[ImageInfo]:
     """Every image built by opsarena, newest first."""
-    code, out, err = await _podman("images", "--filter", f"label={RECIPE_LABEL}", "--format", "json")
+    code, out, err = await _podman(
+        "images", "--filter", f"label={RECIPE_LABEL}", "--format", "json"
+    )
     if code != 0:
         raise HostError(f"podman images failed: {err.strip()}")
     images = []
@@ -110,6 +113,21 @@ async def list_images() -> list[ImageInfo]:
             )
         )
     return images
+
+
+_IMAGE_NAME_RE = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$"
+)
+
+
+def check_image_name(name: str) -> None:
+    """Raise `UsageError` unless `name` is a valid image reference (`registry/path:tag`)."""
+    if not _IMAGE_NAME_RE.match(name):
+        raise UsageError(
+            f"{name!r} is not a valid image name: use lowercase letters, digits, '.', '_', "
+            "'-' and '/', with an optional ':tag' (e.g. localhost/opsarena-host:bookworm)"
+        )
 
 
 async def image_recipe(name: str) -> str | None:
@@ -134,6 +152,7 @@ async def build_image(
     when mmdebstrap or podman is missing and `HostError` when the build fails; a
     failed build leaves the previous image (if any) in place and no files behind.
     """
+    check_image_name(name)
     mirror = mirror or os.environ.get("OPSARENA_DEBIAN_MIRROR") or None
     wanted = recipe_hash(mirror=mirror)
     current = await image_recipe(name)

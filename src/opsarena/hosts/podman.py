@@ -152,7 +152,9 @@ class PodmanHost(Host):
         return self._boots
 
     async def _inspect(self) -> dict[str, Any]:
-        result = await self.podman.run("inspect", "--type", "container", "--format", "json", self.name)
+        result = await self.podman.run(
+            "inspect", "--type", "container", "--format", "json", self.name
+        )
         if result.returncode != 0:
             if b"no such" in result.stderr.lower():
                 raise HostNotFoundError(f"host {self.name} does not exist")
@@ -194,7 +196,9 @@ class PodmanHost(Host):
         )
         code = result.returncode
         if code in (125, 126, 255) and result.stderr.startswith(b"Error: "):
-            raise HostUnavailableError(f"cannot run commands in {self.name}: {_last_line(result.stderr)}")
+            raise HostUnavailableError(
+                f"cannot run commands in {self.name}: {_last_line(result.stderr)}"
+            )
         timed_out = code == 128 + 9 and result.duration_ms >= timeout * 1000
         return ExecResult(
             exit_code=TIMEOUT_EXIT_CODE if timed_out else (code if code is not None else -1),
@@ -236,16 +240,24 @@ class PodmanHost(Host):
         props = dict(
             line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line
         )
-        return props.get("LoadState", ""), props.get("ActiveState", ""), int(props.get("MainPID") or 0)
+        return (
+            props.get("LoadState", ""),
+            props.get("ActiveState", ""),
+            int(props.get("MainPID") or 0),
+        )
 
     async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
         if not _UNIT_RE.match(unit):
             raise UnitMissingError(f"{unit!r} is not a systemd unit name")
         load, active, old_pid = await self._unit_state(unit)
         if load != "loaded":
-            raise UnitMissingError(f"unit {unit} does not exist in {self.name} ({load or 'unknown'})")
+            raise UnitMissingError(
+                f"unit {unit} does not exist in {self.name} ({load or 'unknown'})"
+            )
         if old_pid == 0:
-            raise ServiceNotRunningError(f"unit {unit} in {self.name} has no running process ({active})")
+            raise ServiceNotRunningError(
+                f"unit {unit} in {self.name} has no running process ({active})"
+            )
         deadline = time.monotonic() + timeout
         restart = await self.exec(["systemctl", "restart", "--", unit], timeout=timeout)
         if restart.exit_code != 0:
@@ -332,14 +344,18 @@ class PodmanDriver(HostDriver):
         self.podman = podman or Podman()
 
     def _host(self, name: str, labels: dict[str, str]) -> PodmanHost:
-        return PodmanHost(self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, ""))
+        return PodmanHost(
+            self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, "")
+        )
 
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
         name = self.host_name(spec.match_id, spec.territory)
         if (await self.podman.run("image", "exists", spec.image)).returncode != 0:
             raise ImageMissingError(f"image {spec.image} is not there: run `opsarena image build`")
         if (await self.podman.run("container", "exists", name)).returncode == 0:
-            raise HostError(f"host {name} exists already: remove it with `opsarena hosts rm {name}`")
+            raise HostError(
+                f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
+            )
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
             "--label", f"{LABEL_MATCH}={spec.match_id}",
@@ -371,7 +387,9 @@ class PodmanDriver(HostDriver):
 
     async def list(self, *, match_id: str | None = None) -> list[HostInfo]:
         label = f"{LABEL_MATCH}={match_id}" if match_id is not None else LABEL_MATCH
-        out = await self.podman.check("ps", "--all", "--filter", f"label={label}", "--format", "json")
+        out = await self.podman.check(
+            "ps", "--all", "--filter", f"label={label}", "--format", "json"
+        )
         infos = []
         for row in json.loads(out or "[]"):
             labels = row.get("Labels") or {}
@@ -389,8 +407,9 @@ class PodmanDriver(HostDriver):
         return sorted(infos, key=lambda info: info.name)
 
     async def remove(self, name: str) -> None:
+        # `rm --force` succeeds for a missing container, so ask first.
+        if (await self.podman.run("container", "exists", name)).returncode == 1:
+            raise HostNotFoundError(f"host {name} does not exist")
         result = await self.podman.run("rm", "--force", "--time", "0", name, timeout=60.0)
         if result.returncode != 0:
-            if b"no such container" in result.stderr.lower():
-                raise HostNotFoundError(f"host {name} does not exist")
             raise HostUnavailableError(f"cannot remove {name}: {_last_line(result.stderr)}")
