@@ -293,22 +293,50 @@ class PodmanHost(Host):
         self._boots += 1
         await self.wait_ready(max(1.0, deadline - time.monotonic()))
 
+    async def _system_state(self, timeout: float) -> str:
+        """What `systemctl is-system-running` says in the host.
+
+        Asked through nsenter into the host's namespaces when available: a poll then
+        costs ~10 ms instead of a `podman exec` (~200 ms), which is most of the time
+        from boot to ready. Only this readiness query runs that way; competitors'
+        commands always go through `exec`.
+        """
+        argv = ["systemctl", "is-system-running"]
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            result = await self.exec(argv, timeout=timeout)
+            return result.stdout.decode().strip() or _last_line(result.stderr)
+        pid = await self._init_pid()
+        entered = await run_process(
+            [
+                nsenter,
+                f"--target={pid}",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--net",
+                "--pid",
+                "--",
+                *argv,
+            ],
+            timeout=timeout,
+            output_limit=4096,
+        )
+        return entered.stdout.decode().strip() or _last_line(entered.stderr)
+
     async def wait_ready(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         last = "not started"
         while (remaining := deadline - time.monotonic()) > 0:
             try:
-                result = await self.exec(
-                    ["systemctl", "is-system-running", "--wait"], timeout=max(0.5, remaining)
-                )
-                last = result.stdout.decode().strip() or _last_line(result.stderr)
+                last = await self._system_state(timeout=max(0.5, min(remaining, 10.0)))
                 if last in _READY_STATES:
                     return last
                 if last in ("maintenance", "stopping", "offline"):
                     break
             except HostUnavailableError as exc:
                 last = str(exc)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
 
     async def connect(
