@@ -332,8 +332,9 @@ class PodmanHost(Host):
                 last = await self._system_state(timeout=max(0.5, min(remaining, 10.0)))
                 if last in _READY_STATES:
                     return last
-                if last in ("maintenance", "stopping", "offline"):
-                    break
+                if last == "maintenance":  # boot failed to emergency/rescue: it will not heal
+                    raise HostBootError(f"{self.name} failed to boot (systemd: maintenance)")
+                # "offline" (manager not reachable yet), "initializing", "starting": wait.
             except HostUnavailableError as exc:
                 last = str(exc)
             await asyncio.sleep(0.02)
