@@ -102,3 +102,8 @@ class AgentConfigError(OpsArenaError):
 class CompetitorsFileError(OpsArenaError):
     """A competitors file is missing, not TOML, or invalid; the message has one line per
     problem, naming the file and the field."""
+
+
+class MatchError(OpsArenaError):
+    """A match could not start or go on (hosts not provisioned, preflight refused, bad
+    plan); the log is closed and the hosts removed before it is raised."""

@@ -1,0 +1,292 @@
+"""The match event vocabulary: the envelope, one pydantic model per event's `data`, parsing.
+
+These models are the contract between the controller, the referee, the agents and the fold.
+Unknown keys in `data` are ignored (an older opsarena can read a newer producer's extra
+fields); an unknown event type is an error (`EventLogError`), because the fold cannot know
+what it would have changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from opsarena.errors import EventLogError
+from opsarena.store import EventStore, StoredEvent
+
+FinishReason = Literal[
+    "first durable deployment", "time limit", "all competitors finished", "aborted"
+]
+AgentKind = Literal["scripted", "command", "llm", "human"]
+TerminalState = Literal["completed", "failed", "terminated", "interrupted"]
+FailureSource = Literal["player", "arena", "controller"]
+Verdict = Literal["passed", "failed", "referee_error"]
+
+
+class EventData(BaseModel):
+    """The base of every event's `data`; `event_type` is the envelope's `type`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    event_type: ClassVar[str]
+
+
+class MilestoneSpec(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    id: str
+    points: int = Field(ge=0)
+
+
+class TerritorySpec(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    agent: str
+    model: str
+    kind: AgentKind
+
+
+class MatchCreated(EventData):
+    event_type: ClassVar[str] = "match_created"
+    match_id: str
+    challenge: str
+    challenge_title: str
+    seed: str
+    finish_mode: Literal["first-durable", "all"]
+    time_limit_s: float
+    drain_s: float
+    milestones: list[MilestoneSpec] = Field(min_length=1)
+    territories: dict[str, TerritorySpec] = Field(min_length=1)
+
+
+class HostProvisioning(EventData):
+    event_type: ClassVar[str] = "host_provisioning"
+    territory: str
+
+
+class HostProvisioned(EventData):
+    event_type: ClassVar[str] = "host_provisioned"
+    territory: str
+    host: str
+    provision_ms: int
+
+
+class HostFailed(EventData):
+    event_type: ClassVar[str] = "host_failed"
+    territory: str
+    error: str
+
+
+class Preflight(EventData):
+    event_type: ClassVar[str] = "preflight"
+    territory: str
+    ok: bool
+    detail: str | None = None
+
+
+class MatchStarted(EventData):
+    event_type: ClassVar[str] = "match_started"
+
+
+class AgentStarted(EventData):
+    event_type: ClassVar[str] = "agent_started"
+    agent: str
+    territory: str
+
+
+class AttemptStarted(EventData):
+    event_type: ClassVar[str] = "attempt_started"
+    territory: str
+    milestone: str
+    attempt: int = Field(ge=1)
+
+
+class AttemptResult(EventData):
+    event_type: ClassVar[str] = "attempt_result"
+    territory: str
+    milestone: str
+    attempt: int = Field(ge=1)
+    verdict: Verdict
+    points: int = Field(ge=0)
+    evidence: dict[str, Any] | None = None
+    failure_category: str | None = None
+    failure_reason: str | None = None
+    failure_detail: str | None = None
+    duration_ms: int = 0
+
+
+class MilestonePassed(EventData):
+    event_type: ClassVar[str] = "milestone_passed"
+    territory: str
+    milestone: str
+    points: int = Field(ge=0)
+    evidence: dict[str, Any] | None = None
+    attempt: int = Field(ge=1)
+
+
+class FaultInjected(EventData):
+    event_type: ClassVar[str] = "fault_injected"
+    territory: str
+    milestone: str
+    attempt: int
+    fault: Literal["restart", "reboot"]
+    ok: bool
+    detail: str | None = None
+    duration_ms: int = 0
+
+
+class HostState(EventData):
+    event_type: ClassVar[str] = "host_state"
+    territory: str
+    state: str
+
+
+class AgentUsage(EventData):
+    event_type: ClassVar[str] = "agent_usage"
+    agent: str
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
+    cost_microusd: int | None = None
+
+
+class AgentOutput(EventData):
+    event_type: ClassVar[str] = "agent_output"
+    agent: str
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class AgentTranscript(EventData):
+    event_type: ClassVar[str] = "agent_transcript"
+    agent: str
+    entry: dict[str, Any]
+
+
+class AgentEnded(EventData):
+    event_type: ClassVar[str] = "agent_ended"
+    agent: str
+    terminal_state: TerminalState
+    successful: bool | None = None
+    terminal_detail: str | None = None
+    failure_source: FailureSource | None = None
+
+
+class CompetitorDone(EventData):
+    event_type: ClassVar[str] = "competitor_done"
+    territory: str
+    by: str | None = None
+
+
+class FinalVerification(EventData):
+    event_type: ClassVar[str] = "final_verification"
+    territory: str
+    changed: bool
+
+
+class MatchFinished(EventData):
+    event_type: ClassVar[str] = "match_finished"
+    finish_reason: FinishReason
+    winner: str | None = None
+
+
+class MatchClosed(EventData):
+    event_type: ClassVar[str] = "match_closed"
+
+
+class MatchResumed(EventData):
+    """`opsarena resume` took the match over after its controller died; an attempt that
+    was in flight then has no result and never will."""
+
+    event_type: ClassVar[str] = "match_resumed"
+
+
+DATA_MODELS: dict[str, type[EventData]] = {
+    model.event_type: model
+    for model in (
+        MatchCreated,
+        HostProvisioning,
+        HostProvisioned,
+        HostFailed,
+        Preflight,
+        MatchStarted,
+        AgentStarted,
+        AttemptStarted,
+        AttemptResult,
+        MilestonePassed,
+        FaultInjected,
+        HostState,
+        AgentUsage,
+        AgentOutput,
+        AgentTranscript,
+        AgentEnded,
+        CompetitorDone,
+        FinalVerification,
+        MatchFinished,
+        MatchClosed,
+        MatchResumed,
+    )
+}
+"""Every event type the fold understands, by the envelope's `type`."""
+
+
+class Event(BaseModel):
+    """One event: the envelope with its typed `data`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    match_id: str
+    seq: int = Field(ge=1)
+    type: str
+    t_ms: int
+    wall: str
+    data: SerializeAsAny[EventData]
+
+    def to_json(self) -> dict[str, Any]:
+        """The envelope as plain JSON, `data` with every field of its model."""
+        return self.model_dump(mode="json")
+
+
+def parse_data(event_type: str, data: Mapping[str, Any], *, where: str = "") -> EventData:
+    """Validate one event's `data` against the model of its type; `where` prefixes messages.
+
+    Raises `EventLogError` for an unknown type or data that does not fit the model.
+    """
+    model = DATA_MODELS.get(event_type)
+    prefix = where or event_type
+    if model is None:
+        raise EventLogError(
+            f"{prefix}: unknown event type {event_type!r}: this log was written by a newer "
+            "opsarena, upgrade to read it"
+        )
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        location = ".".join(str(part) for part in first["loc"]) or "data"
+        raise EventLogError(f"{prefix}: invalid data at {location}: {first['msg']}") from None
+
+
+def parse_event(raw: StoredEvent | Mapping[str, Any]) -> Event:
+    """An `Event` from a stored event or an envelope dict; raises `EventLogError`."""
+    if isinstance(raw, StoredEvent):
+        envelope: Mapping[str, Any] = raw.to_json()
+    else:
+        envelope = raw
+    try:
+        match_id = str(envelope["match_id"])
+        seq = int(envelope["seq"])
+        event_type = str(envelope["type"])
+        t_ms = int(envelope["t_ms"])
+        wall = str(envelope["wall"])
+        data = envelope.get("data") or {}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EventLogError(f"an event envelope is malformed ({exc!r})") from None
+    if not isinstance(data, Mapping):
+        raise EventLogError(f"match {match_id} seq {seq}: event data is not a JSON object")
+    parsed = parse_data(event_type, data, where=f"match {match_id} seq {seq} ({event_type})")
+    return Event(match_id=match_id, seq=seq, type=event_type, t_ms=t_ms, wall=wall, data=parsed)
+
+
+async def append_event(store: EventStore, match_id: str, data: EventData, t_ms: int) -> int:
+    """Append a typed event to the log; returns its sequence number."""
+    return await store.append(match_id, data.event_type, data.model_dump(mode="json"), t_ms)

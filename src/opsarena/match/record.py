@@ -1,0 +1,100 @@
+"""The match record: the pydantic models of what `fold_events` makes, serialised as JSON.
+
+Key names and JSON types follow the seed record (`class`, `milestone_points`, ...) and every
+key of the seed is present; the keys the seed lacks are documented in docs/MATCHES.md.
+`MatchRecord.model_dump_json()` is the record file; it is deterministic for a given fold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
+
+class MilestoneRecord(_Record):
+    """One milestone of one territory. `points` is what was awarded (0 until passed)."""
+
+    evaluating: bool = False
+    passed: bool = False
+    points: int = 0
+    evidence: dict[str, Any] | None = None
+    failure_category: str | None = None
+    failure_detail: str | None = None
+    # Beyond the seed:
+    failure_reason: str | None = None
+    attempts: int = 0
+    passed_at_ms: int | None = None
+    points_available: int = 0
+
+
+class TerritoryRecord(_Record):
+    """One territory: its host's lifecycle (`state`) and its competitor's standing."""
+
+    class_: str = Field(default="builder", alias="class")
+    agent: str
+    state: str
+    resources: int = 0
+    last_health: str | None = None
+    elimination_source: str | None = None
+    elimination_detail: str | None = None
+    competitor_state: str
+    milestones: dict[str, MilestoneRecord]
+    milestone_points: int = 0
+    durable_at_ms: int | None = None
+    # Beyond the seed:
+    host: str | None = None
+    failure_reason: str | None = None
+    preflight_ok: bool | None = None
+    done_by: str | None = None
+
+
+class AgentRecord(_Record):
+    """One agent: whether it runs, how it ended, what it cost."""
+
+    territory: str
+    model: str
+    running: bool = False
+    successful: bool | None = None
+    failure_source: str | None = None
+    terminal_state: str | None = None
+    terminal_detail: str | None = None
+    resource_units_used: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_microusd: int = 0
+    # Beyond the seed:
+    kind: str
+    cached_tokens: int = 0
+    cost_known: bool = True
+    started_at_ms: int | None = None
+    ended_at_ms: int | None = None
+
+
+class MatchRecord(_Record):
+    """The whole match. Only `fold_events` makes one; nothing else holds match state."""
+
+    match_id: str
+    challenge: str
+    challenge_title: str
+    seed: str
+    finish_mode: str
+    time_limit_s: float
+    drain_s: float
+    created_at: str
+    started_at: str | None = None
+    match_state: str
+    territories: dict[str, TerritoryRecord]
+    agents: dict[str, AgentRecord]
+    winner: str | None = None
+    finish_reason: str | None = None
+    infrastructure_failures: int = 0
+    last_sequence: int = 0
+    elapsed_ms: int = 0
+    finished_at_ms: int | None = None

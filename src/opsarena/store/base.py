@@ -1,0 +1,137 @@
+"""The `EventStore` contract: an append-only, per-match, gap-free log of events.
+
+A store knows nothing about what events mean; `opsarena.match.events` gives them types and
+`opsarena.match.fold` turns them into a record. Every implementation (SQLite now, a server
+database later) must keep these promises:
+
+- `append` gives a match's events the sequence numbers 1, 2, 3, ... with no gap and no
+  duplicate, even when several processes append to the same match at once;
+- an `append` that returned is durable: a crash of the process (or the machine) afterwards
+  never loses it;
+- `read` returns events in sequence order, and sees every event appended before it was
+  called, by any process.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_POLL_S = 0.1
+"""How often `follow` asks the store for new events when it has caught up."""
+
+MAX_EVENT_BYTES = 1024 * 1024
+"""The largest `data` an event may carry, as compact JSON. Producers bound their own
+payloads (agent output chunks, transcript entries) well below this."""
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event as the log holds it; `data` is plain JSON (dicts, lists, str, int, ...)."""
+
+    match_id: str
+    seq: int
+    type: str
+    t_ms: int
+    wall: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The event envelope as a JSON object (the shape `opsarena events` prints)."""
+        return {
+            "match_id": self.match_id,
+            "seq": self.seq,
+            "type": self.type,
+            "t_ms": self.t_ms,
+            "wall": self.wall,
+            "data": self.data,
+        }
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    """What the store itself knows about a match, without folding its events."""
+
+    match_id: str
+    created_wall: str
+    updated_wall: str
+    last_seq: int
+    last_t_ms: int
+    last_type: str
+
+
+class EventStore(abc.ABC):
+    """An append-only event log holding many matches.
+
+    Every method may raise `StoreError` when the underlying database cannot be used.
+    Blocking work runs in a worker thread so the event loop is never held for long.
+    """
+
+    @abc.abstractmethod
+    async def append(
+        self,
+        match_id: str,
+        event_type: str,
+        data: Mapping[str, Any],
+        t_ms: int,
+        *,
+        wall: str | None = None,
+    ) -> int:
+        """Append one event and return its sequence number (1 for a match's first event).
+
+        `wall` defaults to the current UTC time (ISO-8601, milliseconds, `Z`). Returns only
+        once the event is durable. Raises `ValueError` when `data` is not a JSON object or is
+        larger than `MAX_EVENT_BYTES`, `TypeError` when it is not JSON-serialisable.
+        """
+
+    @abc.abstractmethod
+    async def read(
+        self, match_id: str, after: int = 0, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """The match's events with `seq > after`, in order, at most `limit` of them.
+
+        An unknown match reads as an empty list (use `exists` to tell the difference).
+        """
+
+    @abc.abstractmethod
+    async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
+        """The matches in the log, most recently created first."""
+
+    @abc.abstractmethod
+    async def summary(self, match_id: str) -> MatchSummary | None:
+        """The store's summary of one match; `None` if it has no events."""
+
+    async def exists(self, match_id: str) -> bool:
+        """Whether the match has at least one event."""
+        return await self.summary(match_id) is not None
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the database; the store must not be used afterwards."""
+
+    async def follow(
+        self, match_id: str, after: int = 0, *, poll_s: float = DEFAULT_POLL_S
+    ) -> AsyncIterator[StoredEvent]:
+        """Yield the match's events with `seq > after` as they are appended, forever.
+
+        Events appended by other processes are seen within about `poll_s` seconds. The
+        iterator never ends by itself: the caller stops when it has seen what it waits for
+        (for example `match_closed`) or cancels it.
+        """
+        cursor = after
+        while True:
+            batch = await self.read(match_id, after=cursor, limit=1000)
+            for event in batch:
+                cursor = event.seq
+                yield event
+            if not batch:
+                await asyncio.sleep(poll_s)
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
