@@ -1,0 +1,158 @@
+"""Benchmark the referee: time from a service's first listen to the durable verdict, and
+the referee's own CPU time per territory per second.
+
+Usage: python bench/referee.py [--runs N] [--idle-territories K] [--idle-seconds S]
+
+1. For the `reference` builder, N times: a fresh host; the referee runs from the start
+   (as in a match) while the builder deploys; a 20 ms poller notes when port 8080 first
+   accepts a connection. Reported: first listen -> durable verdict, with the default
+   cadence and budgets of `durable-records`.
+2. CPU: the same runs' arena-process CPU time (user+sys, `time.process_time`) and that of
+   the podman processes it waited for (RUSAGE_CHILDREN), per territory per second; and a
+   steady state of K idle territories judged for S seconds (every probe refused).
+Needs podman and the host image; uses its own match ids and removes its hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import secrets
+import statistics
+import time
+from typing import Any
+
+from opsarena.agents.base import AgentContext
+from opsarena.agents.scripted import get_scripted
+from opsarena.challenges import Challenge, builtin_challenge
+from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
+from opsarena.referee import Referee
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def quiet_emit(kind: str, data: dict[str, Any]) -> None:
+    return None
+
+
+async def first_listen(host: Host, port: int) -> float:
+    while True:
+        try:
+            _reader, writer = await host.connect(port, timeout=1.0)
+        except OSError:
+            await asyncio.sleep(0.02)
+            continue
+        writer.close()
+        return time.monotonic()
+
+
+async def one_durable_run(challenge: Challenge) -> dict[str, float]:
+    driver = get_driver("podman")
+    match_id = f"bench{secrets.token_hex(4)}"
+    host = await driver.create(HostSpec(match_id=match_id, territory="ref", image=DEFAULT_IMAGE))
+    try:
+        started = time.monotonic()
+        referee = Referee(
+            challenge, seed=secrets.token_bytes(16), emit=quiet_emit,
+            clock=lambda: int((time.monotonic() - started) * 1000),
+        )  # fmt: skip
+        referee.add_territory("ref", host)
+        listen = asyncio.create_task(first_listen(host, challenge.port))
+        cpu0, child0, wall0 = time.process_time(), children_cpu(), time.monotonic()
+        judging = asyncio.create_task(referee.run())
+        context = AgentContext(
+            match_id=match_id, territory="ref", brief=challenge.brief, host=host,
+            deadline=time.monotonic() + 120,
+            params={"port": challenge.port, "unit": challenge.unit},
+        )  # fmt: skip
+        await get_scripted("reference").run(context)
+        async with asyncio.timeout(120):
+            await referee.durable_event("ref").wait()
+        durable = time.monotonic()
+        cpu, child, wall = time.process_time() - cpu0, children_cpu() - child0, durable - wall0
+        judging.cancel()
+        listened = await listen
+        await asyncio.gather(judging, return_exceptions=True)
+        restart = referee.milestone_state("ref", "service-restart").evidence or {}
+        reboot = referee.milestone_state("ref", "host-reboot").evidence or {}
+        return {
+            "listen_to_durable_s": durable - listened,
+            "restart_fault_ms": restart.get("fault_ms", 0),
+            "reboot_fault_ms": reboot.get("fault_ms", 0),
+            "cpu_per_s": cpu / wall,
+            "children_cpu_per_s": child / wall,
+            "wall_s": wall,
+        }
+    finally:
+        await driver.cleanup(match_id=match_id)
+
+
+async def idle_cpu(challenge: Challenge, territories: int, seconds: float) -> dict[str, float]:
+    driver = get_driver("podman")
+    match_id = f"bench{secrets.token_hex(4)}"
+    try:
+        hosts = [
+            await driver.create(HostSpec(match_id=match_id, territory=f"t{i}", image=DEFAULT_IMAGE))
+            for i in range(territories)
+        ]
+        attempts = 0
+
+        async def count(kind: str, data: dict[str, Any]) -> None:
+            nonlocal attempts
+            attempts += kind == "attempt_result"
+
+        referee = Referee(challenge, seed=b"bench", emit=count, clock=lambda: 0)
+        for host in hosts:
+            referee.add_territory(host.territory, host)
+        cpu0, child0 = time.process_time(), children_cpu()
+        judging = asyncio.create_task(referee.run())
+        await asyncio.sleep(seconds)
+        judging.cancel()
+        await asyncio.gather(judging, return_exceptions=True)
+        cpu, child = time.process_time() - cpu0, children_cpu() - child0
+        return {
+            "cpu_ms_per_territory_s": 1000 * cpu / territories / seconds,
+            "children_cpu_ms_per_territory_s": 1000 * child / territories / seconds,
+            "attempts_per_territory_s": attempts / territories / seconds,
+        }
+    finally:
+        await driver.cleanup(match_id=match_id)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--idle-territories", type=int, default=4)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    challenge = builtin_challenge("durable-records")
+
+    runs = [await one_durable_run(challenge) for _ in range(args.runs)]
+    for index, run in enumerate(runs, 1):
+        print(
+            f"run {index}: first listen -> durable {run['listen_to_durable_s']:.2f} s "
+            f"(restart fault {run['restart_fault_ms']:.0f} ms, reboot fault "
+            f"{run['reboot_fault_ms']:.0f} ms); arena CPU {1000 * run['cpu_per_s']:.0f} ms/s, "
+            f"podman children {1000 * run['children_cpu_per_s']:.0f} ms/s "
+            f"over {run['wall_s']:.1f} s"
+        )
+    to_durable = [run["listen_to_durable_s"] for run in runs]
+    print(
+        f"first listen -> durable: median {statistics.median(to_durable):.2f} s, "
+        f"max {max(to_durable):.2f} s (target <= 10 s)"
+    )
+    idle = await idle_cpu(challenge, args.idle_territories, args.idle_seconds)
+    print(
+        f"steady state, {args.idle_territories} idle territories for {args.idle_seconds:g} s: "
+        f"arena CPU {idle['cpu_ms_per_territory_s']:.1f} ms per territory per s, podman "
+        f"children {idle['children_cpu_ms_per_territory_s']:.1f} ms, "
+        f"{idle['attempts_per_territory_s']:.2f} attempts per territory per s"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,181 @@
+"""The failure table: every failure_reason, whose fault it is, and how raw errors map to it.
+
+One table (`REASONS`) names every reason a failed or referee_error attempt can carry.
+`classify_error` maps a raw error (from a probe, a fault or the host) to one of them;
+the checks use the remaining reasons (`bad_status`, `wrong_body`, `record_missing`, ...)
+for answers that arrived but were wrong. `Observation.render` writes the
+`failure_detail`: step, phase, elapsed ms, status, expected vs. received (sizes, sha256
+prefixes and a short escaped preview, never whole bodies), and a curl line that
+reproduces the request from inside the host. All of it is pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shlex
+from dataclasses import dataclass
+
+import h11
+
+from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
+from opsarena.errors import (
+    HostBootError,
+    HostError,
+    HostNotFoundError,
+    HostUnavailableError,
+    ServiceNotRunningError,
+    ServiceRestartError,
+    UnitMissingError,
+)
+from opsarena.referee.probe import (
+    BodyTooLarge,
+    ConnectionClosedEarly,
+    HeadersTooLarge,
+    Phase,
+    ProbeError,
+)
+
+PREVIEW_BYTES = 16
+"""At most this many leading bytes of a body appear (escaped) in a failure_detail."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One row of the failure table."""
+
+    reason: str
+    category: str
+    meaning: str
+
+
+def _row(reason: str, category: str, meaning: str) -> tuple[str, Reason]:
+    return reason, Reason(reason, category, meaning)
+
+
+_C, _R = VERIFICATION_FAILED, REFEREE_ERROR
+
+REASONS: dict[str, Reason] = dict(
+    [
+        _row("connection_refused", _C, "nothing listens on the port"),
+        _row("connection_reset", _C, "the server reset the connection"),
+        _row("connection_closed", _C, "the server closed the connection before a full answer"),
+        _row("timeout", _C, "no connection, or no complete answer, within the time limit"),
+        _row("protocol_error", _C, "the answer is not valid HTTP/1.1"),
+        _row("headers_too_large", _C, "the response headers are over the size limit"),
+        _row("body_too_large", _C, "the response body is over the size limit"),
+        _row("bad_status", _C, "an answer with a status the contract does not allow"),
+        _row("wrong_body", _C, "GET /health answered 200 with a body other than `ready`"),
+        _row("record_missing", _C, "GET of a record the service acknowledged answered 404"),
+        _row("record_corrupted", _C, "GET of a record answered 200 with other bytes"),
+        _row("unit_missing", _C, "the systemd unit does not exist"),
+        _row("service_not_running", _C, "the unit exists but has no running process"),
+        _row("restart_failed", _C, "the unit had no new main process after a restart"),
+        _row("not_ready_after_fault", _C, "the health check did not pass within the budget"),
+        _row("host_unavailable", _R, "the arena could not reach the host (podman failed)"),
+        _row("reboot_unconfirmed", _R, "a reboot could not be confirmed within its bound"),
+        _row("probe_error", _R, "the arena could not open a probe socket"),
+        _row("internal_error", _R, "a bug in the referee or a check"),
+    ]
+)
+
+# Order matters: the first row whose type matches wins (subclasses before bases).
+_ERROR_TABLE: tuple[tuple[type[BaseException], str], ...] = (
+    (ConnectionRefusedError, "connection_refused"),
+    (ConnectionResetError, "connection_reset"),
+    (BrokenPipeError, "connection_reset"),
+    (ConnectionAbortedError, "connection_reset"),
+    (ConnectionClosedEarly, "connection_closed"),
+    (asyncio.IncompleteReadError, "connection_closed"),
+    (TimeoutError, "timeout"),
+    (HeadersTooLarge, "headers_too_large"),
+    (BodyTooLarge, "body_too_large"),
+    (h11.RemoteProtocolError, "protocol_error"),
+    (UnitMissingError, "unit_missing"),
+    (ServiceNotRunningError, "service_not_running"),
+    (ServiceRestartError, "restart_failed"),
+    (HostUnavailableError, "host_unavailable"),
+    (HostNotFoundError, "host_unavailable"),
+    (HostBootError, "reboot_unconfirmed"),
+    (HostError, "host_unavailable"),
+    (OSError, "probe_error"),
+)
+
+
+def classify_error(error: BaseException) -> Reason:
+    """The row of the failure table for a raw error. A `ProbeError` is classified by its
+    cause; anything the table does not name is `internal_error` (ours)."""
+    if isinstance(error, ProbeError):
+        error = error.cause
+    for kind, reason in _ERROR_TABLE:
+        if isinstance(error, kind):
+            return REASONS[reason]
+    return REASONS["internal_error"]
+
+
+def body_summary(data: bytes) -> str:
+    """`N bytes sha256:PREFIX "preview"`: enough to compare two bodies, never the body."""
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    preview = data[:PREVIEW_BYTES].decode("ascii", errors="backslashreplace")
+    preview = preview.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    more = "..." if len(data) > PREVIEW_BYTES else ""
+    return f'{len(data)} bytes sha256:{digest} "{preview}{more}"'
+
+
+def curl_line(method: str, port: int, target: str, *, body: bytes | None = None) -> str:
+    """A curl command that repeats the request from inside the host and prints the status
+    line, headers and body (`-i`). A PUT body over 256 bytes or not printable ASCII is `@FILE`."""
+    url = f"http://127.0.0.1:{port}{target}"
+    parts = ["curl", "-sS", "-i", "--max-time", "5"]
+    if method == "PUT":
+        data = body or b""
+        shown = len(data) <= 256 and all(0x20 <= byte < 0x7F for byte in data)
+        parts += ["-X", "PUT", "--data-binary", data.decode("ascii") if shown else "@FILE"]
+    elif method != "GET":
+        parts += ["-X", method]
+    parts.append(url)
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the referee saw at the step that decided a failure; `render()` is the
+    failure_detail."""
+
+    step: str
+    elapsed_ms: int
+    phase: Phase | None = None
+    status: int | None = None
+    expected: str | None = None
+    received: str | None = None
+    error: str | None = None
+    reproduce: str | None = None
+
+    def render(self) -> str:
+        facts = []
+        if self.phase is not None:
+            facts.append(f"phase {self.phase}")
+        facts.append(f"{self.elapsed_ms} ms")
+        if self.status is not None:
+            facts.append(f"status {self.status}")
+        text = f"{self.step} ({', '.join(facts)})"
+        if self.error:
+            text += f": {self.error}"
+        if self.expected is not None:
+            text += f"; expected {self.expected}"
+        if self.received is not None:
+            text += f"; received {self.received}"
+        if self.reproduce:
+            text += f"; reproduce inside the host: {self.reproduce}"
+        return text
+
+
+def describe_error(error: BaseException) -> str:
+    """A short, one-line description of a raw error (its type and message)."""
+    cause = error.cause if isinstance(error, ProbeError) else error
+    message = " ".join(str(cause).split())
+    if isinstance(cause, TimeoutError) and not message:
+        message = "timed out"
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"{type(cause).__name__}: {message}" if message else type(cause).__name__

@@ -1,0 +1,197 @@
+"""The referee on real hosts: the run loop, its events, preflight, faults and our errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from importlib import resources
+
+import pytest
+
+from opsarena.agents.base import AgentContext
+from opsarena.agents.scripted import get_scripted
+from opsarena.challenges import Challenge
+from opsarena.hosts import Host, HostDriver
+from opsarena.referee import derive_record, feedback_message
+from tests.conftest import HostFactory
+from tests.referee.conftest import EventLog, make_referee
+
+# The data of each referee event, exactly as the event vocabulary lists it.
+VOCABULARY = {
+    "attempt_started": {"territory", "milestone", "attempt"},
+    "attempt_result": {
+        "territory", "milestone", "attempt", "verdict", "points", "evidence",
+        "failure_category", "failure_reason", "failure_detail", "duration_ms",
+    },
+    "milestone_passed": {"territory", "milestone", "points", "evidence", "attempt"},
+    "fault_injected": {"territory", "milestone", "attempt", "fault", "ok", "detail", "duration_ms"},
+    "host_state": {"territory", "state"},
+}  # fmt: skip
+
+
+async def deploy(builder: str, host: Host, challenge: Challenge, match_id: str) -> None:
+    context = AgentContext(
+        match_id=match_id, territory=host.territory, brief=challenge.brief, host=host,
+        deadline=time.monotonic() + 120, params={"port": challenge.port, "unit": challenge.unit},
+    )  # fmt: skip
+    await get_scripted(builder).run(context)
+
+
+@pytest.mark.hosts
+async def test_run_judges_territories_concurrently_until_durable(
+    challenge: Challenge, host_factory: HostFactory, match_id: str
+) -> None:
+    durable_host = await host_factory("good")
+    idle_host = await host_factory("idle")
+    log = EventLog()
+    referee = make_referee(challenge, log)
+    referee.add_territory("good", durable_host)
+    referee.add_territory("idle", idle_host)
+    await deploy("reference", durable_host, challenge, match_id)
+
+    running = asyncio.create_task(referee.run())
+    async with asyncio.timeout(90):
+        await referee.any_durable.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+    for kind, data in log.events:
+        assert set(data) == VOCABULARY[kind], (kind, data)
+    assert referee.durable_order == ["good"]
+    assert referee.points("good") == 100 and referee.is_durable("good")
+    assert referee.durable_at_ms("good") is not None
+    assert referee.points("idle") == 0 and not referee.is_durable("idle")
+    assert referee.infrastructure_failures == 0
+
+    good = [(k, d) for k, d in log.events if d["territory"] == "good"]
+    kinds = [k for k, _ in good]
+    assert kinds == [
+        "attempt_started", "attempt_result", "milestone_passed",
+        "attempt_started", "attempt_result", "milestone_passed",
+        "attempt_started", "fault_injected", "attempt_result", "milestone_passed",
+        "attempt_started", "host_state", "fault_injected", "host_state", "attempt_result",
+        "milestone_passed",
+    ]  # fmt: skip
+    passed = {d["milestone"]: d["evidence"] for k, d in good if k == "milestone_passed"}
+    assert passed["service-up"]["health"] == "ready"
+    record, value = derive_record(b"calibration-seed", "good", "write-read", 1)
+    assert (passed["write-read"]["record"], passed["write-read"]["value"]) == (record, value)
+    assert passed["service-restart"]["restart"] is True
+    assert passed["host-reboot"]["reboot"] is True
+    states = [d["state"] for k, d in good if k == "host_state"]
+    assert states == ["rebooting", "ready"]
+    assert durable_host.boots == 2
+
+    # The idle territory was judged all along at the cadence, each attempt a fresh one.
+    idle_results = [d for k, d in log.events if k == "attempt_result" and d["territory"] == "idle"]
+    assert len(idle_results) >= 2
+    assert [d["attempt"] for d in idle_results] == list(range(1, len(idle_results) + 1))
+    assert {d["failure_reason"] for d in idle_results} == {"connection_refused"}
+    message = feedback_message(idle_results[0])
+    assert message.startswith("service-up failed: connection_refused — GET /health")
+
+    # Final verification of a competitor that did nothing changes nothing.
+    assert await referee.verify("idle") is False
+
+
+@pytest.mark.hosts
+async def test_verify_runs_every_remaining_milestone(
+    challenge: Challenge, host_factory: HostFactory, match_id: str
+) -> None:
+    host = await host_factory("late")
+    log = EventLog()
+    referee = make_referee(challenge, log)
+    referee.add_territory("late", host)
+    first = await referee.evaluate_next("late")
+    assert first is not None and first.failure_reason == "connection_refused"
+    await deploy("reference", host, challenge, match_id)
+    assert await referee.verify("late") is True
+    assert referee.is_durable("late")
+    assert referee.milestone_state("late", "service-up").attempts == 2
+
+
+@pytest.mark.hosts
+async def test_preflight_refuses_a_host_that_already_passes(
+    challenge: Challenge, host_factory: HostFactory, match_id: str
+) -> None:
+    host = await host_factory("solved")
+    log = EventLog()
+    referee = make_referee(challenge, log)
+    referee.add_territory("solved", host)
+    await deploy("reference", host, challenge, match_id)
+    result = await referee.preflight("solved")
+    assert not result.ok
+    assert "already passes service-up" in result.detail
+    assert "is broken" in result.detail
+    assert log.events == []  # a preflight never emits, never scores
+    assert referee.points("solved") == 0
+
+
+async def start_records_server_outside_the_unit(host: Host) -> None:
+    script = resources.files("opsarena.agents.scripted").joinpath("records_server.py")
+    await host.write_file("/opt/elsewhere/records_server.py", script.read_bytes())
+    started = await host.exec(
+        ["systemd-run", "--unit=elsewhere", "/usr/bin/python3", "/opt/elsewhere/records_server.py",
+         "--port", "8080", "--storage", "/var/lib/elsewhere"],
+        timeout=30,
+    )  # fmt: skip
+    assert started.ok, started.stderr
+
+
+@pytest.mark.hosts
+async def test_restart_needs_the_named_unit(
+    challenge: Challenge, host_factory: HostFactory
+) -> None:
+    host = await host_factory("stray")
+    await start_records_server_outside_the_unit(host)
+    log = EventLog()
+    referee = make_referee(challenge, log)
+    referee.add_territory("stray", host)
+    for _ in range(50):  # until the stray server listens
+        up = await referee.evaluate_next("stray")
+        if up is not None and up.outcome == "passed":
+            break
+        await asyncio.sleep(0.1)
+    write_read = await referee.evaluate_next("stray")
+    assert write_read is not None and write_read.outcome == "passed"
+
+    missing = await referee.evaluate_next("stray")
+    assert missing is not None and missing.failure_reason == "unit_missing"
+    assert "systemctl restart builder-app.service" in (missing.failure_detail or "")
+
+    unit = "[Service]\nExecStart=/usr/bin/sleep infinity\n"
+    await host.write_file("/etc/systemd/system/builder-app.service", unit.encode())
+    await host.exec(["systemctl", "daemon-reload"], timeout=30)
+    not_running = await referee.evaluate_next("stray")
+    assert not_running is not None and not_running.failure_reason == "service_not_running"
+    faults = log.of("fault_injected")
+    assert [f["ok"] for f in faults] == [False, False]
+    assert referee.infrastructure_failures == 0
+
+
+@pytest.mark.hosts
+async def test_a_lost_host_is_our_error_counted_and_retried(
+    challenge: Challenge, host_factory: HostFactory, podman_driver: HostDriver, match_id: str
+) -> None:
+    host = await host_factory("lost")
+    await deploy("reference", host, challenge, match_id)
+    log = EventLog()
+    referee = make_referee(challenge, log)
+    referee.add_territory("lost", host)
+    up = await referee.evaluate_next("lost")
+    assert up is not None and up.outcome == "passed"
+
+    await podman_driver.remove(host.name)
+    for attempt in (1, 2):
+        verdict = await referee.evaluate_next("lost")
+        assert verdict is not None and verdict.outcome == "referee_error"
+        assert verdict.failure_category == "referee_error"
+        assert verdict.failure_reason == "host_unavailable"
+        assert referee.milestone_state("lost", "write-read").attempts == attempt
+    assert referee.infrastructure_failures == 2
+    assert referee.points("lost") == 10  # nothing awarded, nothing taken away
+    results = log.of("attempt_result")
+    assert [r["verdict"] for r in results] == ["passed", "referee_error", "referee_error"]
+    assert all(r["points"] == 0 for r in results[1:])
+    assert "not your fault" in feedback_message(results[1])
