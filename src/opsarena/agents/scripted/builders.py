@@ -1,0 +1,202 @@
+"""The scripted builders: competitors whose outcome against `durable-records` is known.
+
+Each deploys (or fails to deploy, by design) an HTTP records service on its host,
+acting only through the `Host` interface, and claims success when its script ran; the
+referee decides what it really earned. Designed verdicts:
+
+| builder      | service-up            | write-read | service-restart  | host-reboot            |
+|--------------|-----------------------|------------|------------------|------------------------|
+| reference    | pass                  | pass       | pass             | pass                   |
+| webdav       | pass                  | pass       | pass             | pass                   |
+| in-memory    | pass                  | pass       | record_missing   |                        |
+| volatile     | pass                  | pass       | pass             | record_missing         |
+| not-enabled  | pass                  | pass       | pass             | not_ready_after_fault  |
+| wrong-health | wrong_body            |            |                  |                        |
+| idle         | connection_refused    |            |                  |                        |
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from importlib import resources
+from typing import ClassVar
+
+from opsarena.agents.base import Agent, AgentContext, AgentOutcome
+from opsarena.agents.scripted.deploy import (
+    ServiceTarget,
+    Storage,
+    activation_script,
+    nginx_config,
+    nginx_unit,
+    records_unit,
+    service_target,
+)
+from opsarena.hosts import ExecResult, Host
+
+READY_WAIT_SECONDS = 20.0
+"""Longest a builder waits for its unit to answer on its port."""
+
+_SERVER_SCRIPT = "records_server.py"
+
+
+def _last_line(data: bytes) -> str:
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+class ScriptedBuilder(Agent, abc.ABC):
+    """A builder following a fixed script. `name` is its registry name; `model` what the
+    record shows for it ("scripted/NAME")."""
+
+    name: ClassVar[str]
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        """Deploy on `ctx.host` and return "completed" (successful) once the unit
+        answers HTTP on its port, or "failed" (player's fault) with the reason if it
+        did not. Raises `UsageError` for bad `ctx.params`; `HostError`s propagate."""
+        target = service_target(ctx.params)
+        wait = max(1.0, min(READY_WAIT_SECONDS, ctx.deadline - time.monotonic()))
+        result = await self.deploy(ctx.host, target, wait_seconds=wait)
+        if result is not None and not result.ok:
+            detail = f"{self.name}: deployment failed: {_last_line(result.stderr)}"
+            await ctx.report("output", {"stream": "stderr", "text": detail})
+            return AgentOutcome(
+                terminal_state="failed",
+                successful=False,
+                terminal_detail=detail,
+                failure_source="player",
+            )
+        detail = self.describe(target)
+        await ctx.report("output", {"stream": "stdout", "text": detail})
+        return AgentOutcome(terminal_state="completed", successful=True, terminal_detail=detail)
+
+    @abc.abstractmethod
+    async def deploy(
+        self, host: Host, target: ServiceTarget, *, wait_seconds: float
+    ) -> ExecResult | None:
+        """Do the builder's work; return the final activation command's result (None
+        when there was nothing to activate)."""
+
+    @abc.abstractmethod
+    def describe(self, target: ServiceTarget) -> str:
+        """One line saying what was deployed."""
+
+
+class RecordsServiceBuilder(ScriptedBuilder):
+    """Deploys the shared stdlib records server (`records_server.py`) as the unit, with
+    the storage, health body and enablement of the subclass."""
+
+    storage: ClassVar[Storage] = "disk"
+    health_body: ClassVar[str] = "ready"
+    enable: ClassVar[bool] = True
+
+    async def deploy(
+        self, host: Host, target: ServiceTarget, *, wait_seconds: float
+    ) -> ExecResult | None:
+        script = resources.files("opsarena.agents.scripted").joinpath(_SERVER_SCRIPT).read_bytes()
+        script_path = f"{target.program_dir}/{_SERVER_SCRIPT}"
+        await host.write_file(script_path, script)
+        unit = records_unit(
+            target,
+            script_path,
+            storage=self.storage,
+            health_body=self.health_body,
+            builder=self.name,
+        )
+        await host.write_file(target.unit_path, unit.encode())
+        return await host.exec(
+            activation_script(target, enable=self.enable, wait_seconds=wait_seconds),
+            timeout=wait_seconds + 30.0,
+        )
+
+    def describe(self, target: ServiceTarget) -> str:
+        where = {
+            "disk": f"files under {target.state_dir}/records (fsync + atomic rename)",
+            "run": f"files under {target.runtime_dir}/records",
+            "memory": "process memory",
+        }[self.storage]
+        started = "enabled and started" if self.enable else "started (not enabled)"
+        return (
+            f"{self.name}: stdlib Python records service on port {target.port}, "
+            f"records in {where}, /health says {self.health_body!r}; {target.unit} {started}"
+        )
+
+
+class ReferenceBuilder(RecordsServiceBuilder):
+    """Durable and enabled: passes every milestone."""
+
+    name = "reference"
+    model = "scripted/reference"
+
+
+class InMemoryBuilder(RecordsServiceBuilder):
+    """Records in a dict: lost at the first service restart."""
+
+    name = "in-memory"
+    model = "scripted/in-memory"
+    storage = "memory"
+
+
+class VolatileBuilder(RecordsServiceBuilder):
+    """Records under /run: kept across a restart, lost at a reboot."""
+
+    name = "volatile"
+    model = "scripted/volatile"
+    storage = "run"
+
+
+class NotEnabledBuilder(RecordsServiceBuilder):
+    """Durable but never enabled: nothing listens after a reboot."""
+
+    name = "not-enabled"
+    model = "scripted/not-enabled"
+    enable = False
+
+
+class WrongHealthBuilder(RecordsServiceBuilder):
+    """/health answers "ok" instead of "ready"."""
+
+    name = "wrong-health"
+    model = "scripted/wrong-health"
+    health_body = "ok"
+
+
+class WebdavBuilder(ScriptedBuilder):
+    """The image's nginx-light with its DAV module as the records service; no Python of
+    ours serves requests. Passes every milestone."""
+
+    name = "webdav"
+    model = "scripted/webdav"
+
+    async def deploy(
+        self, host: Host, target: ServiceTarget, *, wait_seconds: float
+    ) -> ExecResult | None:
+        config_path = f"{target.config_dir}/nginx.conf"
+        await host.write_file(config_path, nginx_config(target).encode())
+        await host.write_file(target.unit_path, nginx_unit(target, config_path).encode())
+        return await host.exec(
+            activation_script(target, enable=True, wait_seconds=wait_seconds),
+            timeout=wait_seconds + 30.0,
+        )
+
+    def describe(self, target: ServiceTarget) -> str:
+        return (
+            f"webdav: nginx DAV records service on port {target.port}, records under "
+            f"{target.state_dir}/records; {target.unit} enabled and started"
+        )
+
+
+class IdleBuilder(ScriptedBuilder):
+    """Does nothing at all: nothing ever listens."""
+
+    name = "idle"
+    model = "scripted/idle"
+
+    async def deploy(
+        self, host: Host, target: ServiceTarget, *, wait_seconds: float
+    ) -> ExecResult | None:
+        return None
+
+    def describe(self, target: ServiceTarget) -> str:
+        return "idle: did nothing, by design"

@@ -1,0 +1,223 @@
+"""What a scripted builder writes into its host: the target, unit files, nginx config.
+
+Pure functions only: each decides the text of one file from a `ServiceTarget`; the
+builders (`builders.py`) write them and start the unit.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opsarena.errors import UsageError
+
+DEFAULT_PORT = 8080
+DEFAULT_UNIT = "builder-app.service"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Largest record the deployed services accept (the challenge needs at least 1 MiB)."""
+
+Storage = Literal["disk", "run", "memory"]
+"""Where the records service keeps records: a state directory under /var/lib (survives
+restart and reboot), a runtime directory under /run (survives restart only), or the
+process's memory (survives neither)."""
+
+# The unit's stem also names the system user and the directories, so it must be a valid
+# user name too (useradd: at most 32 characters).
+_UNIT_RE = re.compile(r"[a-z][a-z0-9-]{0,30}\.service")
+# Same rule as `records_server.valid_record_id`, in nginx's regex syntax.
+NGINX_RECORD_LOCATION = r"^/records/[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    """Where a builder's service lives: its port, its unit, and the paths named after it."""
+
+    port: int = DEFAULT_PORT
+    unit: str = DEFAULT_UNIT
+
+    @property
+    def stem(self) -> str:
+        """The unit's name without `.service`: the user, and the directories' name."""
+        return self.unit.removesuffix(".service")
+
+    @property
+    def unit_path(self) -> str:
+        return f"/etc/systemd/system/{self.unit}"
+
+    @property
+    def program_dir(self) -> str:
+        return f"/usr/local/lib/{self.stem}"
+
+    @property
+    def config_dir(self) -> str:
+        return f"/etc/{self.stem}"
+
+    @property
+    def state_dir(self) -> str:
+        """Created by systemd (`StateDirectory=`), owned by the service's user."""
+        return f"/var/lib/{self.stem}"
+
+    @property
+    def runtime_dir(self) -> str:
+        """Created by systemd (`RuntimeDirectory=`); /run is emptied at every boot."""
+        return f"/run/{self.stem}"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"
+
+
+def service_target(params: Mapping[str, Any]) -> ServiceTarget:
+    """The target named by a challenge's `params` ("port", "unit"; defaults 8080 and
+    builder-app.service). Raises `UsageError` for a port outside 1-65535 or a unit name
+    that is not a lowercase `NAME.service` of at most 32 characters before the suffix."""
+    port = params.get("port", DEFAULT_PORT)
+    unit = params.get("unit", DEFAULT_UNIT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise UsageError(f"scripted builders need a port in 1-65535, not {port!r}: fix the params")
+    if not isinstance(unit, str) or not _UNIT_RE.fullmatch(unit):
+        raise UsageError(
+            f"scripted builders need a unit like builder-app.service "
+            f"(lowercase letters, digits, dashes), not {unit!r}: fix the params"
+        )
+    return ServiceTarget(port=port, unit=unit)
+
+
+def records_server_command(
+    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str
+) -> str:
+    """The `ExecStart=` line running the shared records server with these choices."""
+    argv = ["/usr/bin/python3", script_path, "--port", str(target.port)]
+    if storage == "memory":
+        argv.append("--in-memory")
+    else:
+        base = target.state_dir if storage == "disk" else target.runtime_dir
+        argv += ["--storage", f"{base}/records"]
+    argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
+    # systemd splits ExecStart= much like a POSIX shell does for quoted words.
+    return shlex.join(argv)
+
+
+def records_unit(
+    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str, builder: str
+) -> str:
+    """The unit file of a Python records service (always `Restart=always`, installable
+    into multi-user.target; whether it is enabled is the builder's choice)."""
+    directories = {
+        "disk": f"StateDirectory={target.stem}\n",
+        # Kept across restarts (the default removes it when the service stops), and
+        # still gone after a reboot since /run is a tmpfs.
+        "run": f"RuntimeDirectory={target.stem}\nRuntimeDirectoryPreserve=yes\n",
+        "memory": "",
+    }[storage]
+    exec_start = records_server_command(
+        target, script_path, storage=storage, health_body=health_body
+    )
+    return (
+        "[Unit]\n"
+        f"Description=records service (opsarena scripted builder {builder})\n\n"
+        "[Service]\n"
+        "Type=exec\n"
+        f"User={target.stem}\n"
+        f"{directories}"
+        f"ExecStart={exec_start}\n"
+        "Restart=always\n"
+        "RestartSec=200ms\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def nginx_config(target: ServiceTarget) -> str:
+    """An nginx configuration serving the records contract with its DAV module.
+
+    PUT writes the body to a temporary file in the state directory and renames it over
+    the record (201 new, 204 replaced); GET serves the file, 404 when absent. nginx does
+    not fsync, so a record survives a service restart and a clean or container-level
+    reboot, not a power cut before the kernel wrote it back.
+    """
+    state = target.state_dir
+    temp_paths = "".join(
+        f"    {kind}_temp_path {state}/{kind}-temp;\n"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return (
+        f"# Written by opsarena's scripted builder webdav for {target.unit}.\n"
+        "daemon off;\n"
+        "worker_processes 1;\n"
+        f"pid {target.runtime_dir}/nginx.pid;\n"
+        "error_log stderr warn;\n\n"
+        "events {\n    worker_connections 256;\n}\n\n"
+        "http {\n"
+        "    access_log off;\n"
+        f"{temp_paths}"
+        "    server {\n"
+        f"        listen {target.port};\n"
+        f"        client_max_body_size {MAX_BODY_BYTES};\n"
+        "        location = /health {\n"
+        "            default_type text/plain;\n"
+        "            return 200 'ready';\n"
+        "        }\n"
+        f'        location ~ "{NGINX_RECORD_LOCATION}" {{\n'
+        f"            root {state};\n"
+        "            dav_methods PUT;\n"
+        "            create_full_put_path on;\n"
+        "            dav_access user:rw;\n"
+        "            log_not_found off;\n"
+        "            types { }\n"
+        "            default_type application/octet-stream;\n"
+        "            limit_except GET PUT {\n                deny all;\n            }\n"
+        "        }\n"
+        "        location / {\n            return 404;\n        }\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def nginx_unit(target: ServiceTarget, config_path: str) -> str:
+    """The unit running nginx in the foreground with `config_path`, as its own user."""
+    return (
+        "[Unit]\n"
+        "Description=records service on nginx WebDAV (opsarena scripted builder webdav)\n\n"
+        "[Service]\n"
+        "Type=exec\n"
+        f"User={target.stem}\n"
+        f"StateDirectory={target.stem}\n"
+        f"RuntimeDirectory={target.stem}\n"
+        f"ExecStart=/usr/sbin/nginx -c {config_path}\n"
+        f"ExecReload=/usr/sbin/nginx -c {config_path} -s reload\n"
+        "Restart=always\n"
+        "RestartSec=200ms\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def activation_script(target: ServiceTarget, *, enable: bool, wait_seconds: float) -> str:
+    """Bash that creates the service user, reloads systemd, enables and starts the unit
+    (or only starts it), then polls /health with curl until something answers. Exits 0
+    once the port answers HTTP; exits 1 if it did not within `wait_seconds` or the unit
+    failed for good, with the unit's last log lines and then a one-line reason on stderr.
+    Exits non-zero at once when a systemctl command fails."""
+    user = target.stem
+    start = "enable --now" if enable else "start"
+    attempts = max(1, int(wait_seconds / 0.1))
+    return (
+        "set -eu\n"
+        f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
+        f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
+        "systemctl daemon-reload\n"
+        f"systemctl {start} {target.unit}\n"
+        f"for _ in $(seq {attempts}); do\n"
+        f"  curl -s -o /dev/null --max-time 1 {target.health_url} && exit 0\n"
+        f"  systemctl is-failed --quiet {target.unit} && break\n"
+        "  sleep 0.1\n"
+        "done\n"
+        f"journalctl -u {target.unit} -n 5 --no-pager -o cat >&2 || true\n"
+        f'echo "{target.unit} did not answer on port {target.port} '
+        f'(unit $(systemctl is-active {target.unit}))" >&2\n'
+        "exit 1\n"
+    )

@@ -1,0 +1,45 @@
+"""Scripted builders by name: adding one is one line here."""
+
+from __future__ import annotations
+
+from opsarena.agents.scripted.builders import (
+    IdleBuilder,
+    InMemoryBuilder,
+    NotEnabledBuilder,
+    ReferenceBuilder,
+    ScriptedBuilder,
+    VolatileBuilder,
+    WebdavBuilder,
+    WrongHealthBuilder,
+)
+from opsarena.errors import UnknownBuilderError
+
+_BUILDERS: dict[str, type[ScriptedBuilder]] = {
+    builder.name: builder
+    for builder in (
+        ReferenceBuilder,
+        WebdavBuilder,
+        InMemoryBuilder,
+        VolatileBuilder,
+        NotEnabledBuilder,
+        WrongHealthBuilder,
+        IdleBuilder,
+    )
+}
+
+
+def scripted_names() -> list[str]:
+    """Every scripted builder's name, sorted."""
+    return sorted(_BUILDERS)
+
+
+def get_scripted(name: str) -> ScriptedBuilder:
+    """A new scripted builder called `name`. Raises `UnknownBuilderError` (one line
+    listing the known names) for any other name."""
+    try:
+        builder = _BUILDERS[name]
+    except KeyError:
+        raise UnknownBuilderError(
+            f"unknown scripted builder {name!r}: known builders are {', '.join(scripted_names())}"
+        ) from None
+    return builder()

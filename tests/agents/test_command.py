@@ -1,0 +1,229 @@
+"""The command agent with real programs on real hosts: one deploys a durable service through
+$OPSARENA_EXEC / $OPSARENA_PUT, one exits 3, one ignores SIGTERM and is killed with its group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.agents.records_service import APP, UNIT, WAIT_HEALTHY, agents_host, assert_durable
+from tests.conftest import HostFactory
+
+from opsarena.agents import AgentContext
+from opsarena.agents.command import CommandAgent
+from opsarena.errors import AgentConfigError
+from opsarena.hosts import Host, HostDriver
+
+__all__ = ["agents_host"]  # fixture
+
+Events = list[tuple[str, dict[str, Any]]]
+
+
+def make_ctx(host: Host, deadline_s: float = 300.0) -> tuple[AgentContext, Events]:
+    events: Events = []
+
+    async def report(kind: str, data: dict[str, Any]) -> None:
+        events.append((kind, data))
+
+    ctx = AgentContext(
+        match_id="m2",
+        territory="builder-two",
+        brief="Deploy a durable records service on port 8080.",
+        host=host,
+        deadline=time.monotonic() + deadline_s,
+        report=report,
+    )
+    return ctx, events
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body).lstrip())
+    path.chmod(0o755)
+    return path
+
+
+def output(events: Events, stream: str) -> str:
+    return "".join(d["text"] for k, d in events if k == "output" and d["stream"] == stream)
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that are not zombies."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+@pytest.mark.hosts
+async def test_a_script_deploys_a_durable_service_through_exec_and_put(
+    host_factory: HostFactory, tmp_path: Path
+) -> None:
+    host = await host_factory("builder-two")
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "records.service").write_text(UNIT)
+    agent_script = script(
+        tmp_path / "my-agent.sh",
+        f"""
+        #!/bin/bash
+        set -euo pipefail
+        echo "brief: $(cat "$OPSARENA_BRIEF_FILE")"
+        echo "match $OPSARENA_MATCH territory $OPSARENA_TERRITORY"
+        $OPSARENA_PUT "$SOURCES/app.py" /opt/records/app.py
+        $OPSARENA_PUT "$SOURCES/records.service" /etc/systemd/system/records.service
+        $OPSARENA_EXEC 'systemctl daemon-reload && systemctl enable --now records'
+        printf piped | $OPSARENA_EXEC 'cat > /tmp/piped; echo to-stderr >&2; exit 7' ||
+          echo "code $?"
+        $OPSARENA_EXEC '{WAIT_HEALTHY}'
+        """,
+    )
+    agent = CommandAgent([str(agent_script)], env={"SOURCES": str(tmp_path)})
+    ctx, events = make_ctx(host)
+    outcome = await agent.run(ctx)
+
+    assert (outcome.terminal_state, outcome.successful) == ("completed", True), outcome
+    assert outcome.terminal_detail == "exited with code 0"
+    stdout = output(events, "stdout")
+    assert "brief: Deploy a durable records service on port 8080." in stdout
+    assert "match m2 territory builder-two" in stdout
+    assert "code 7" in stdout
+    assert stdout.endswith("ready")
+    assert output(events, "stderr").endswith("records.service.\nto-stderr\n")
+    assert await host.read_file("/tmp/piped") == b"piped"
+    transcript = [d["entry"] for k, d in events if k == "transcript"]
+    assert [e["kind"] for e in transcript] == ["put", "put", "exec", "exec", "exec"]
+    assert transcript[3]["exit_code"] == 7
+    await assert_durable(host)
+
+
+@pytest.mark.hosts
+async def test_the_example_agent_in_the_docs_deploys_a_durable_service(
+    host_factory: HostFactory,
+) -> None:
+    host = await host_factory("example")
+    example = Path(__file__).parents[2] / "examples" / "command-agent.sh"
+    ctx, events = make_ctx(host)
+    outcome = await CommandAgent([str(example)]).run(ctx)
+    assert outcome.terminal_state == "completed", output(events, "stderr")
+    assert output(events, "stdout").endswith("deployed; the service answers\n")
+    await assert_durable(host)
+
+
+@pytest.mark.hosts
+async def test_exec_works_from_another_language(agents_host: Host, tmp_path: Path) -> None:
+    program = script(
+        tmp_path / "agent.py",
+        f"""
+        #!{sys.executable}
+        import os, subprocess, sys
+        done = subprocess.run([os.environ["OPSARENA_EXEC"], "uname -s; exit 4"],
+                              capture_output=True)
+        print(done.returncode, done.stdout.decode().strip())
+        sys.exit(0 if done.returncode == 4 else 1)
+        """,
+    )
+    ctx, events = make_ctx(agents_host)
+    outcome = await CommandAgent([str(program)]).run(ctx)
+    assert outcome.terminal_state == "completed", output(events, "stderr")
+    assert output(events, "stdout") == "4 Linux\n"
+
+
+@pytest.mark.hosts
+async def test_a_nonzero_exit_is_the_players_failure(agents_host: Host, tmp_path: Path) -> None:
+    program = script(tmp_path / "fails.sh", "#!/bin/sh\necho 'cannot do it' >&2\nexit 3\n")
+    ctx, events = make_ctx(agents_host)
+    outcome = await CommandAgent([str(program)]).run(ctx)
+    assert (outcome.terminal_state, outcome.successful) == ("failed", False)
+    assert (outcome.failure_source, outcome.terminal_detail) == ("player", "exited with code 3")
+    assert output(events, "stderr") == "cannot do it\n"
+
+
+@pytest.mark.hosts
+async def test_a_program_ignoring_sigterm_is_killed_with_its_whole_group(
+    agents_host: Host, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "pid"
+    program = script(
+        tmp_path / "stubborn.sh",
+        """
+        #!/bin/bash
+        trap '' TERM
+        bash -c 'trap "" TERM; exec sleep 1000' &
+        sleep 1000 &
+        echo $$ > "$PIDFILE"
+        while true; do sleep 0.2; done
+        """,
+    )
+    agent = CommandAgent([str(program)], env={"PIDFILE": str(pidfile)}, grace_s=0.5)
+    ctx, _ = make_ctx(agents_host)
+    task = asyncio.create_task(agent.run(ctx))
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    pgid = int(pidfile.read_text())
+    assert len(live_members(pgid)) >= 3
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):  # SIGKILL was sent; the kernel finishes them off
+        if not live_members(pgid):
+            break
+        await asyncio.sleep(0.05)
+    assert live_members(pgid) == []
+
+
+@pytest.mark.hosts
+async def test_the_wall_limit_stops_the_program(agents_host: Host, tmp_path: Path) -> None:
+    program = script(tmp_path / "slow.sh", "#!/bin/sh\nsleep 1000\n")
+    ctx, _ = make_ctx(agents_host)
+    outcome = await CommandAgent([str(program)], wall_s=0.5, grace_s=0.5).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == (
+        "terminated",
+        "wall time limit (0.5s) reached",
+    )
+
+
+@pytest.mark.hosts
+async def test_output_is_bounded(agents_host: Host, tmp_path: Path) -> None:
+    program = script(tmp_path / "loud.sh", "#!/bin/sh\nhead -c 200000 /dev/zero | tr '\\0' x\n")
+    ctx, events = make_ctx(agents_host)
+    outcome = await CommandAgent([str(program)], output_limit=1000).run(ctx)
+    assert outcome.terminal_state == "completed"
+    assert output(events, "stdout") == "x" * 1000 + "\n[stdout cut after 1000 bytes]\n"
+
+
+@pytest.mark.hosts
+async def test_exec_says_when_the_host_is_unreachable(
+    host_factory: HostFactory, podman_driver: HostDriver, tmp_path: Path
+) -> None:
+    host = await host_factory("gone")
+    await podman_driver.remove(host.name)
+    program = script(tmp_path / "a.sh", '#!/bin/sh\n$OPSARENA_EXEC true\necho "code $?"\n')
+    ctx, events = make_ctx(host)
+    assert (await CommandAgent([str(program)]).run(ctx)).terminal_state == "completed"
+    assert output(events, "stdout") == "code 255\n"
+    assert "the host is not reachable (it may be rebooting)" in output(events, "stderr")
+
+
+async def test_preflight_finds_missing_programs(tmp_path: Path) -> None:
+    await CommandAgent(["sh", "-c", "true"]).preflight()
+    with pytest.raises(AgentConfigError, match=r"'\./no-such-agent\.sh' is not found"):
+        await CommandAgent(["./no-such-agent.sh"]).preflight()
+    not_executable = tmp_path / "plain.sh"
+    not_executable.write_text("true\n")
+    with pytest.raises(AgentConfigError, match="not executable"):
+        await CommandAgent([str(not_executable)]).preflight()
