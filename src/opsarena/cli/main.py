@@ -10,8 +10,11 @@ import sys
 
 import typer
 
+from opsarena.cli import challenges as challenges_cli
 from opsarena.cli import hosts as hosts_cli
 from opsarena.cli import image as image_cli
+from opsarena.cli import records as records_cli
+from opsarena.cli import run as run_cli
 from opsarena.cli.output import fail
 from opsarena.errors import OpsArenaError
 
@@ -22,8 +25,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(challenges_cli.app, name="challenges")
 app.add_typer(hosts_cli.app, name="hosts")
 app.add_typer(image_cli.app, name="image")
+app.command("run")(run_cli.run)
+app.command("demo")(run_cli.demo)
+app.command("done")(run_cli.done)
+app.command("resume")(run_cli.resume)
+app.command("show")(records_cli.show)
+app.command("ls")(records_cli.ls)
+app.command("events")(records_cli.events)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,9 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def fail(message: str, *, code: int = 2) -> NoReturn:
-    """Print `message` as one line on stderr and exit with `code`."""
-    first_line = " ".join(message.split())
-    err_console.print(f"opsarena: error: {first_line}", markup=False, soft_wrap=True)
+    """Print `message` on stderr and exit with `code`: one line per line of `message`
+    (a file with three problems gives three lines), whitespace inside a line folded."""
+    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
+    for line in lines or ["(no message)"]:
+        err_console.print(f"opsarena: error: {line}", markup=False, soft_wrap=True)
     sys.exit(code)

@@ -1,0 +1,269 @@
+"""`opsarena run`, `opsarena demo` and `opsarena done`: play a match and take part in one.
+
+Everything is checked before anything is made: the challenge, every agent spec,
+the seed, the record path. Errors are one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from opsarena.agents.competitors import Competitor, competitor_from_cli, load_competitors
+from opsarena.agents.human import human_instructions
+from opsarena.challenges.catalog import find_challenge
+from opsarena.challenges.model import Challenge
+from opsarena.cli.live import watch
+from opsarena.cli.output import console, err_console
+from opsarena.cli.records import DbOption, load_record, open_db, print_summary
+from opsarena.errors import MatchError, UsageError
+from opsarena.match.controller import Controller, MatchPlan
+from opsarena.match.events import CompetitorDone
+from opsarena.match.record import MatchRecord
+
+DEMO_BUILDERS = {
+    "reference": "scripted:reference",
+    "in-memory": "scripted:in-memory",
+    "not-enabled": "scripted:not-enabled",
+    "idle": "scripted:idle",
+}
+SEED_RE = re.compile(r"^[0-9a-fA-F]{16,128}$")
+
+
+def parse_builders(builders: list[str]) -> list[Competitor]:
+    """`TERRITORY=AGENT` options as competitors; raises `UsageError` / `AgentSpecError`."""
+    competitors = []
+    for given in builders:
+        territory, sep, agent = given.partition("=")
+        if not sep or not territory or not agent:
+            raise UsageError(
+                f"--builder {given!r} must look like TERRITORY=AGENT (a=scripted:reference)"
+            )
+        competitors.append(competitor_from_cli(territory, agent))
+    return competitors
+
+
+def parse_seed(seed: str | None) -> bytes | None:
+    if seed is None:
+        return None
+    if not SEED_RE.match(seed) or len(seed) % 2:
+        raise UsageError(f"--seed {seed!r} must be an even number (16-128) of hex digits")
+    return bytes.fromhex(seed)
+
+
+def check_record_path(path: Path | None) -> None:
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"--record {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--record {path}: directory {parent} is not writable")
+    if path.is_dir():
+        raise UsageError(f"--record {path} is a directory")
+
+
+def write_record(record: MatchRecord, path: Path) -> None:
+    """Write the record atomically: a reader never sees half a file."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(record.model_dump(mode="json", by_alias=True), indent=2) + "\n")
+    temporary.replace(path)
+
+
+def play(plan: MatchPlan, db: Path | None, *, quiet: bool, record_path: Path | None) -> MatchRecord:
+    """Run the match of `plan` with the terminal view; return its record."""
+    live = sys.stdout.isatty() and not quiet
+    with open_db(db) as store:
+
+        async def main() -> MatchRecord:
+            controller = Controller(plan, store)
+            await controller.prepare()
+            err_console.print(
+                f"match {plan.match_id}: {len(plan.competitors)} territories", markup=False
+            )
+            viewer = asyncio.create_task(watch(store, plan.match_id, console, live=live))
+            try:
+                return await controller.run()
+            finally:
+                viewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await viewer
+
+        try:
+            record = asyncio.run(main())
+        finally:
+            if record_path is not None:
+                with contextlib.suppress(Exception):
+                    write_record(asyncio.run(load_record(store, plan.match_id)), record_path)
+    return record
+
+
+def run(
+    challenge: Annotated[
+        str, typer.Option("--challenge", help="Built-in challenge name or challenge file.")
+    ] = "durable-records",
+    builder: Annotated[
+        list[str] | None,
+        typer.Option("--builder", help="TERRITORY=AGENT, e.g. a=scripted:reference (repeat)."),
+    ] = None,
+    competitors: Annotated[
+        Path | None, typer.Option("--competitors", help="Competitors file (TOML).")
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option("--time-limit", min=1, help="Seconds (default: the challenge's)."),
+    ] = None,
+    drain: Annotated[
+        float, typer.Option("--drain", min=0, help="Seconds agents get to stop.")
+    ] = 5.0,
+    seed: Annotated[
+        str | None, typer.Option("--seed", help="Match seed (hex) for replays.")
+    ] = None,
+    finish: Annotated[
+        str, typer.Option("--finish", help="first-durable (default) or all.")
+    ] = "first-durable",
+    keep_hosts: Annotated[
+        bool, typer.Option("--keep-hosts", help="Leave the hosts running.")
+    ] = False,
+    record: Annotated[
+        Path | None, typer.Option("--record", help="Write the record here (JSON).")
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain progress lines, no live view.")
+    ] = False,
+    driver: Annotated[
+        str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
+    ] = "podman",
+    db: DbOption = None,
+) -> None:
+    """Run a match: provision hosts, start every agent at once, judge, finish, drain."""
+    if finish not in ("first-durable", "all"):
+        raise UsageError(f"--finish {finish!r} must be first-durable or all")
+    the_challenge: Challenge | None = None
+    entries: list[Competitor] = []
+    if competitors is not None:
+        loaded = load_competitors(competitors)
+        entries += loaded.competitors
+        if loaded.challenge and challenge == "durable-records":
+            challenge = loaded.challenge
+    entries += parse_builders(builder or [])
+    if not entries:
+        raise UsageError(
+            "a match needs competitors: --builder TERRITORY=AGENT or --competitors FILE"
+        )
+    the_challenge = find_challenge(challenge)
+    check_record_path(record)
+    seed_bytes = parse_seed(seed)
+    plan = MatchPlan(
+        challenge=the_challenge,
+        competitors=entries,
+        time_limit_s=time_limit or the_challenge.time_limit_s,
+        drain_s=drain,
+        finish=finish,  # type: ignore[arg-type]
+        keep_hosts=keep_hosts,
+        driver=driver,
+    )
+    if seed_bytes is not None:
+        plan.seed = seed_bytes
+    _announce_humans(plan)
+    result = play(plan, db, quiet=quiet, record_path=record)
+    print_summary(result)
+    console.print(f"look again: opsarena show {result.match_id}", markup=False)
+
+
+def _announce_humans(plan: MatchPlan) -> None:
+    for competitor in plan.competitors:
+        if competitor.kind == "human":
+            err_console.print(
+                human_instructions(plan.match_id, competitor.territory),
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def demo(
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain progress lines, no live view.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """A match of four scripted builders: reference, in-memory, not-enabled and idle."""
+    challenge = find_challenge("durable-records")
+    plan = MatchPlan(
+        challenge=challenge,
+        competitors=parse_builders([f"{t}={a}" for t, a in DEMO_BUILDERS.items()]),
+        time_limit_s=120.0,
+        drain_s=5.0,
+    )
+    result = play(plan, db, quiet=quiet, record_path=None)
+    print_summary(result)
+    console.print(
+        f"look again: opsarena show {result.match_id}   (record as JSON: add --json)", markup=False
+    )
+
+
+def done(
+    match_id: Annotated[str, typer.Argument(metavar="MATCH", help="Match id.")],
+    territory: Annotated[str, typer.Argument(help="Your territory.")],
+    db: DbOption = None,
+) -> None:
+    """Declare your territory finished (for `human` competitors)."""
+    with open_db(db) as store:
+        record = asyncio.run(load_record(store, match_id))
+        if territory not in record.territories:
+            known = ", ".join(record.territories)
+            raise UsageError(f"match {match_id} has no territory {territory!r} (it has {known})")
+        if record.match_state != "running":
+            raise MatchError(f"match {match_id} is {record.match_state}, not running")
+        agent = record.agents[record.territories[territory].agent]
+        if agent.kind != "human":
+            raise UsageError(f"{territory} is played by a {agent.kind} agent, not a person")
+        data = CompetitorDone(territory=territory, by=getpass.getuser())
+        asyncio.run(
+            store.append(match_id, data.event_type, data.model_dump(mode="json"), record.elapsed_ms)
+        )
+    console.print(
+        f"{territory} declared done; the referee makes its final verification", markup=False
+    )
+
+
+def resume(
+    match_id: Annotated[str, typer.Argument(metavar="MATCH", help="Match id.")],
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain progress lines, no live view.")
+    ] = False,
+    driver: Annotated[
+        str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
+    ] = "podman",
+    db: DbOption = None,
+) -> None:
+    """Continue a match whose controller died, from its log and its hosts (or abort it
+    cleanly when its hosts are gone)."""
+    live = sys.stdout.isatty() and not quiet
+    with open_db(db) as store:
+        record = asyncio.run(load_record(store, match_id))
+        if record.match_state == "finished":
+            raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")
+        challenge = find_challenge(record.challenge)
+
+        async def main() -> MatchRecord:
+            viewer = asyncio.create_task(watch(store, match_id, console, live=live))
+            try:
+                return await Controller.resume(store, record, challenge, driver=driver)
+            finally:
+                viewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await viewer
+
+        result = asyncio.run(main())
+    print_summary(result)
+    console.print(f"look again: opsarena show {result.match_id}", markup=False)

@@ -1,0 +1,629 @@
+"""The controller: runs one match from provisioning to the closed record.
+
+It provisions every host in parallel, runs the referee's preflight, starts every
+agent at the same instant (the match clock starts then), lets the referee judge,
+finishes by the rules in `match.rules`, drains the agents and removes the hosts.
+Everything it learns goes into the event log first; the record is `fold_events` of
+that log, never state held here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from opsarena.agents import Agent, AgentContext, AgentOutcome
+from opsarena.agents.competitors import Competitor
+from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
+from opsarena.challenges.model import Challenge
+from opsarena.errors import HostError, MatchError, OpsArenaError
+from opsarena.hosts import Host, HostDriver, HostSpec, get_driver
+from opsarena.match.events import (
+    AgentEnded,
+    AgentOutput,
+    AgentStarted,
+    AgentTranscript,
+    AgentUsage,
+    EventData,
+    FinalVerification,
+    HostFailed,
+    HostProvisioned,
+    HostProvisioning,
+    HostState,
+    MatchClosed,
+    MatchCreated,
+    MatchFinished,
+    MatchResumed,
+    MatchStarted,
+    MilestoneSpec,
+    Preflight,
+    TerritorySpec,
+)
+from opsarena.match.fold import fold_events
+from opsarena.match.record import MatchRecord
+from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
+from opsarena.referee import Referee, feedback_message
+from opsarena.store import EventStore, StoredEvent, utc_now_iso
+
+log = logging.getLogger(__name__)
+
+MAX_OUTPUT_CHARS = 16 * 1024
+"""Longest `agent_output` chunk kept as one event; longer text is cut and marked."""
+
+POLL_S = 0.1
+"""How often the controller looks at the standings while the match runs."""
+
+EventObserver = Callable[[StoredEvent], None]
+
+
+def new_match_id() -> str:
+    """A readable, unique, host-name-safe match id: UTC time plus 4 random hex digits."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+@dataclass
+class MatchPlan:
+    """Everything a match needs before it starts.
+
+    `time_limit_s` counts from the match clock's start; `drain_s` is how long agents get
+    to stop after the finish before they are terminated.
+    """
+
+    challenge: Challenge
+    competitors: list[Competitor]
+    time_limit_s: float
+    drain_s: float = 5.0
+    seed: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    finish: FinishMode = "first-durable"
+    keep_hosts: bool = False
+    driver: str = "podman"
+    match_id: str = field(default_factory=new_match_id)
+    feedback: bool = True
+    provision_timeout_s: float = 120.0
+
+
+@dataclass
+class _Territory:
+    competitor: Competitor
+    agent: Agent | None
+    host: Host | None = None
+    ctx: AgentContext | None = None
+    task: asyncio.Task[None] | None = None
+    ended: bool = False
+    settled: bool = False
+    stop_outcome: AgentOutcome | None = None
+
+
+class Controller:
+    """Runs the match of `plan`, logging to `store`; `observer` sees every event logged
+    by this process right after it is durable (the live view uses it)."""
+
+    def __init__(
+        self, plan: MatchPlan, store: EventStore, *, observer: EventObserver | None = None
+    ) -> None:
+        if not plan.competitors:
+            raise MatchError("a match needs at least one competitor")
+        names = [c.territory for c in plan.competitors]
+        if len(set(names)) != len(names):
+            duplicate = next(n for n in names if names.count(n) > 1)
+            raise MatchError(f"territory {duplicate!r} is given twice")
+        self._setup(plan, store, observer)
+
+    def _setup(self, plan: MatchPlan, store: EventStore, observer: EventObserver | None) -> None:
+        self.plan = plan
+        self.store = store
+        self.observer = observer
+        self.match_id = plan.match_id
+        self.driver: HostDriver = get_driver(plan.driver)
+        self._lock = asyncio.Lock()
+        self._started_at: float | None = None
+        self._clock_offset_ms = 0
+        self._abort = asyncio.Event()
+        self._abort_why = ""
+        self._territories: dict[str, _Territory] = {}
+        self._closed = False
+        self._finished = False
+        self._judging_over = False
+        self._settlers: list[asyncio.Task[None]] = []
+        self.referee = Referee(
+            plan.challenge, seed=plan.seed, emit=self._referee_emit, clock=self.clock
+        )
+
+    # ---- the log -----------------------------------------------------------------
+
+    def clock(self) -> int:
+        """Milliseconds on the match clock (0 until the match starts)."""
+        if self._started_at is None:
+            return 0
+        return self._clock_offset_ms + int((time.monotonic() - self._started_at) * 1000)
+
+    async def _append(self, event_type: str, data: dict[str, Any]) -> None:
+        async with self._lock:
+            t_ms, wall = self.clock(), utc_now_iso()
+            seq = await self.store.append(self.match_id, event_type, data, t_ms, wall=wall)
+        if self.observer is not None:
+            self.observer(StoredEvent(self.match_id, seq, event_type, t_ms, wall, data))
+
+    async def emit(self, event: EventData) -> None:
+        """Append one typed event to the log (durably) and show it to the observer."""
+        await self._append(event.event_type, event.model_dump(mode="json"))
+
+    async def _referee_emit(self, event_type: str, data: dict[str, Any]) -> None:
+        await self._append(event_type, data)
+        if (
+            event_type == "attempt_result"
+            and data.get("verdict") == "failed"
+            and self.plan.feedback
+        ):
+            territory = self._territories.get(str(data.get("territory")))
+            if territory is not None and territory.ctx is not None and not territory.ended:
+                territory.ctx.feedback.put_nowait(feedback_message(data))
+
+    # ---- running ---------------------------------------------------------------------
+
+    def request_abort(self, why: str) -> None:
+        """End the match as `aborted` (Ctrl-C, SIGTERM); safe to call from a signal handler."""
+        self._abort_why = why
+        self._abort.set()
+
+    async def run(self) -> MatchRecord:
+        """Run the whole match and return its final record.
+
+        Raises `MatchError` (after closing the log and removing the hosts) when hosts
+        could not be provisioned or the preflight refused the match; `OpsArenaError`
+        from an agent that cannot start (its configuration) before anything is made.
+        """
+        await self.prepare()
+
+        async def whole_match() -> None:
+            await self._create()
+            failure = await self._provision_and_preflight()
+            if failure is not None:
+                await self._close("aborted", None)
+                raise MatchError(failure)
+            await self._play()
+
+        await self._guarded(whole_match())
+        return await self.record()
+
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` with Ctrl-C and SIGTERM turned into a clean abort; on a bug or a
+        cancellation, still close the log and leave no host behind."""
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, self.request_abort, signum.name)
+                handled.append(signum)
+        try:
+            await work
+        except BaseException as exc:
+            if not self._closed:
+                self._abort_why = self._abort_why or f"controller error: {exc!r}"[:500]
+                await asyncio.shield(self._close_after_error())
+            raise
+        finally:
+            for signum in handled:
+                loop.remove_signal_handler(signum)
+
+    async def _close_after_error(self) -> None:
+        try:
+            await self._close("aborted", None)
+        except Exception:
+            log.exception("could not close match %s cleanly", self.match_id)
+        finally:
+            if not self.plan.keep_hosts:
+                await self.driver.cleanup(match_id=self.match_id)
+
+    async def prepare(self) -> None:
+        """Build every agent and run its preflight (endpoint reachable, program found)
+        before anything is made. Raises the agent's one-line `OpsArenaError`. Idempotent."""
+        if self._territories:
+            return
+        built = {c.territory: _Territory(c, c.build()) for c in self.plan.competitors}
+        for territory in built.values():
+            assert territory.agent is not None
+            await preflight_agent(territory.agent)
+        self._territories = built
+
+    async def record(self) -> MatchRecord:
+        """The match's record as the log has it now."""
+        return fold_events(await self.store.read(self.match_id))
+
+    async def _create(self) -> None:
+        plan = self.plan
+        await self.emit(
+            MatchCreated(
+                match_id=self.match_id,
+                challenge=plan.challenge.name,
+                challenge_title=plan.challenge.title,
+                seed=plan.seed.hex(),
+                finish_mode=plan.finish,
+                time_limit_s=plan.time_limit_s,
+                drain_s=plan.drain_s,
+                milestones=[
+                    MilestoneSpec(id=m.id, points=m.points) for m in plan.challenge.milestones
+                ],
+                territories={
+                    name: TerritorySpec(
+                        agent=t.competitor.name,
+                        model=(t.agent.model if t.agent else "") or t.competitor.spec.text,
+                        kind=t.competitor.kind,
+                    )
+                    for name, t in self._territories.items()
+                },
+            )
+        )
+
+    async def _provision_one(self, name: str) -> str | None:
+        await self.emit(HostProvisioning(territory=name))
+        spec = HostSpec(match_id=self.match_id, territory=name, image=self.plan.challenge.image)
+        started = time.monotonic()
+        try:
+            host = await self.driver.create(spec, boot_timeout=self.plan.provision_timeout_s)
+        except OpsArenaError as exc:
+            await self.emit(HostFailed(territory=name, error=str(exc)))
+            return f"host for {name} could not be provisioned: {exc}"
+        self._territories[name].host = host
+        await self.emit(
+            HostProvisioned(
+                territory=name,
+                host=host.name,
+                provision_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
+        self.referee.add_territory(name, host)
+        return None
+
+    async def _preflight_one(self, name: str) -> str | None:
+        result = await self.referee.preflight(name)
+        await self.emit(Preflight(territory=name, ok=result.ok, detail=result.detail))
+        return None if result.ok else f"preflight refused the match for {name}: {result.detail}"
+
+    async def _provision_and_preflight(self) -> str | None:
+        """Provision every host in parallel, then preflight each; the first problem, if any."""
+        names = list(self._territories)
+        problems = await asyncio.gather(*(self._provision_one(n) for n in names))
+        failures = [p for p in problems if p]
+        if failures:
+            return failures[0]
+        if self._abort.is_set():
+            return f"match aborted before it started ({self._abort_why})"
+        problems = await asyncio.gather(*(self._preflight_one(n) for n in names))
+        failures = [p for p in problems if p]
+        return failures[0] if failures else None
+
+    async def _play(self) -> None:
+        plan = self.plan
+        await self.emit(MatchStarted())
+        self._started_at = time.monotonic()
+        deadline = self._started_at + plan.time_limit_s
+        for name, territory in self._territories.items():
+            assert territory.host is not None
+            territory.ctx = AgentContext(
+                match_id=self.match_id,
+                territory=name,
+                brief=plan.challenge.brief,
+                host=territory.host,
+                deadline=deadline,
+                report=self._reporter(territory.competitor.name),
+                params={"port": plan.challenge.port, "unit": plan.challenge.unit},
+            )
+        for territory in self._territories.values():
+            territory.task = asyncio.create_task(
+                self._run_agent(territory), name=f"agent-{territory.competitor.territory}"
+            )
+        await self._judge()
+
+    async def _judge(self) -> None:
+        """Referee, final verifications and `opsarena done` until the match is over; close."""
+        referee_task = asyncio.create_task(self.referee.run(), name="referee")
+        done_task = asyncio.create_task(self._watch_done(), name="watch-done")
+        try:
+            reason = await self._until_finished(referee_task)
+        finally:
+            # No attempt may start once the match is over: stop every judging task first.
+            self._judging_over = True
+            stoppable = [referee_task, done_task, *self._settlers]
+            for task in stoppable:
+                task.cancel()
+            await asyncio.gather(*stoppable, return_exceptions=True)
+        await self._close(reason, self._winner(reason))
+
+    def _standings(self) -> list[Standing]:
+        standings = []
+        for name, territory in self._territories.items():
+            passed = [
+                self.referee.milestone_state(name, m.id) for m in self.plan.challenge.milestones
+            ]
+            times = [m.passed_at_ms for m in passed if m.passed and m.passed_at_ms is not None]
+            standings.append(
+                Standing(
+                    territory=name,
+                    points=self.referee.points(name),
+                    reached_at_ms=max(times) if times else None,
+                    durable=self.referee.is_durable(name),
+                    settled=territory.settled,
+                )
+            )
+        return standings
+
+    def _winner(self, reason: str) -> str | None:
+        return match_winner(self._standings(), reason, self.referee.durable_order)
+
+    async def _until_finished(self, referee_task: asyncio.Task[None]) -> str:
+        limit_ms = int(self.plan.time_limit_s * 1000)
+        while True:
+            if self._abort.is_set():
+                return "aborted"
+            if referee_task.done() and not referee_task.cancelled():
+                error = referee_task.exception()
+                if error is not None:
+                    log.error("the referee crashed", exc_info=error)
+                    self._abort_why = f"the referee crashed: {error!r}"
+                    return "aborted"
+            reason = finish_reason(
+                self._standings(), mode=self.plan.finish, time_up=self.clock() >= limit_ms
+            )
+            if reason is not None:
+                return reason
+            # Wake at once on an abort or a first durable deployment, else look again soon.
+            wakers = [asyncio.ensure_future(self._abort.wait())]
+            if self.plan.finish == "first-durable":
+                wakers.append(asyncio.ensure_future(self.referee.any_durable.wait()))
+            _done, pending = await asyncio.wait(
+                wakers, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            for waker in pending:
+                waker.cancel()
+
+    # ---- agents ----------------------------------------------------------------------
+
+    def _reporter(self, agent_name: str) -> Callable[[str, dict[str, Any]], Any]:
+        async def report(kind: str, data: dict[str, Any]) -> None:
+            if kind == "usage":
+                await self.emit(AgentUsage(agent=agent_name, **data))
+            elif kind == "output":
+                text = str(data.get("text", ""))
+                if len(text) > MAX_OUTPUT_CHARS:
+                    text = (
+                        text[:MAX_OUTPUT_CHARS]
+                        + f"\n[... {len(text) - MAX_OUTPUT_CHARS} chars cut]"
+                    )
+                stream = "stderr" if data.get("stream") == "stderr" else "stdout"
+                await self.emit(AgentOutput(agent=agent_name, stream=stream, text=text))
+            elif kind == "transcript":
+                await self.emit(
+                    AgentTranscript(agent=agent_name, entry=dict(data.get("entry", data)))
+                )
+            else:
+                log.warning("agent %s reported an unknown kind %r", agent_name, kind)
+
+        return report
+
+    async def _run_agent(self, territory: _Territory) -> None:
+        name = territory.competitor.territory
+        assert territory.ctx is not None
+        assert territory.agent is not None
+        await self.emit(AgentStarted(agent=territory.competitor.name, territory=name))
+        try:
+            outcome = await territory.agent.run(territory.ctx)
+        except asyncio.CancelledError:
+            outcome = territory.stop_outcome or AgentOutcome(
+                "terminated", None, "stopped by the controller", "controller"
+            )
+        except Exception as exc:  # an agent's bug must not end the match
+            log.exception("agent %s crashed", territory.competitor.name)
+            outcome = AgentOutcome("failed", False, f"the agent crashed: {exc!r}"[:1000], "arena")
+        territory.ended = True
+        await self.emit(
+            AgentEnded(
+                agent=territory.competitor.name,
+                terminal_state=outcome.terminal_state,
+                successful=outcome.successful,
+                terminal_detail=outcome.terminal_detail or None,
+                failure_source=outcome.failure_source,
+            )
+        )
+        if self._started_at is not None and not self._judging_over:
+            # Judged in its own task: the drain waits for agents, never for the referee.
+            self._settlers.append(asyncio.create_task(self._settle(name, territory)))
+
+    async def _settle(self, name: str, territory: _Territory) -> None:
+        """Final verification after an agent ended: judge now, until nothing changes."""
+        while True:
+            changed = await self.referee.verify(name)
+            await self.emit(FinalVerification(territory=name, changed=changed))
+            if not changed or self.referee.is_durable(name):
+                territory.settled = True
+                return
+
+    async def _watch_done(self) -> None:
+        """Forward `competitor_done` events (`opsarena done`, another process) to agents."""
+        summary = await self.store.summary(self.match_id)
+        after = summary.last_seq if summary else 0
+        async for event in self.store.follow(self.match_id, after=after, poll_s=0.25):
+            if event.type != "competitor_done":
+                continue
+            territory = self._territories.get(str(event.data.get("territory")))
+            if territory is not None and territory.ctx is not None:
+                territory.ctx.params["done_by"] = event.data.get("by") or "a person"
+                territory.ctx.done.set()
+
+    async def _drain(self, reason: str) -> None:
+        running = [
+            t for t in self._territories.values() if t.task is not None and not t.task.done()
+        ]
+        if not running:
+            return
+        tasks = [t.task for t in running if t.task is not None]
+        if reason != "aborted":
+            await asyncio.wait(tasks, timeout=self.plan.drain_s)
+        detail = (
+            f"match aborted ({self._abort_why})"
+            if reason == "aborted"
+            else "post-match drain deadline expired"
+        )
+        for territory in running:
+            if territory.task is not None and not territory.task.done():
+                territory.stop_outcome = AgentOutcome("terminated", None, detail, "controller")
+                territory.task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- resuming after the controller was killed --------------------------------------
+
+    @classmethod
+    async def resume(
+        cls,
+        store: EventStore,
+        record: MatchRecord,
+        challenge: Challenge,
+        *,
+        driver: str = "podman",
+        observer: EventObserver | None = None,
+    ) -> MatchRecord:
+        """Continue `record`'s unfinished match from its log (a controller died).
+
+        With every host still there, the referee takes up where it stopped (attempts and
+        passed milestones restored, the match clock going on from the last event) and the
+        match finishes by its rules. Agents cannot be resumed (their process and state
+        died with the controller): each that was running ends `interrupted` with a
+        `terminal_detail` saying so, and its territory gets its final verification.
+        When a host is gone, or the match had not started, the match is aborted and
+        counted as an infrastructure failure. Raises `MatchError` for a closed match.
+        """
+        if record.match_state == "finished":
+            raise MatchError(f"match {record.match_id} is finished already: opsarena show it")
+        plan = MatchPlan(
+            challenge=challenge,
+            competitors=[],
+            time_limit_s=record.time_limit_s,
+            drain_s=record.drain_s,
+            seed=bytes.fromhex(record.seed),
+            finish=record.finish_mode,  # type: ignore[arg-type]
+            driver=driver,
+            match_id=record.match_id,
+        )
+        self = cls.__new__(cls)
+        self._setup(plan, store, observer)
+        for name, territory in record.territories.items():
+            agent = record.agents[territory.agent]
+            spec = AgentSpec(agent.kind, "", agent.kind)
+            self._territories[name] = _Territory(
+                Competitor(name, territory.agent, spec, AgentSettings()), None
+            )
+            self._territories[name].ended = not agent.running
+        await self.emit(MatchResumed())
+        await self._guarded(self._resume(record))
+        return await self.record()
+
+    async def _resume(self, record: MatchRecord) -> None:
+        self._clock_offset_ms = record.elapsed_ms
+        self._started_at = time.monotonic() if record.started_at is not None else None
+        why = "the controller was killed; the agent could not be resumed"
+        if record.match_state in ("finishing", "draining") or record.finish_reason:
+            self._finished = True
+            await self._end_agents(record, "terminated", why, "controller")
+            await self._close(record.finish_reason or "aborted", record.winner)
+            return
+        hosts = {info.territory: info for info in await self.driver.list(match_id=self.match_id)}
+        lost = []
+        for name, territory in self._territories.items():
+            info = hosts.get(name)
+            if info is None or record.territories[name].state in ("provisioning", "failed"):
+                lost.append(name)
+                continue
+            territory.host = await self.driver.get(info.name)
+        ready = await asyncio.gather(
+            *(self._ready_again(n, t.host) for n, t in self._territories.items() if t.host),
+        )
+        lost += [name for name in ready if name]
+        if record.started_at is None or lost:
+            self._abort_why = (
+                f"hosts lost while the controller was down: {', '.join(sorted(lost))}"
+                if lost
+                else "the controller was killed before the match started"
+            )
+            for name in lost:
+                if record.territories[name].state not in ("failed", "removed", "lost"):
+                    await self.emit(HostState(territory=name, state="lost"))
+                self._territories[name].host = None
+            await self._end_agents(record, "interrupted", why, "arena")
+            await self._close("aborted", None)
+            return
+        for name, territory in self._territories.items():
+            assert territory.host is not None
+            self.referee.add_territory(name, territory.host)
+            for milestone_id, milestone in record.territories[name].milestones.items():
+                self.referee.restore(
+                    name,
+                    milestone_id,
+                    attempts=milestone.attempts,
+                    passed=milestone.passed,
+                    points=milestone.points,
+                    evidence=milestone.evidence,
+                    passed_at_ms=milestone.passed_at_ms,
+                )
+        await self._end_agents(record, "interrupted", why, "arena")
+        for name, territory in self._territories.items():
+            territory.ended = True
+            self._settlers.append(asyncio.create_task(self._settle(name, territory)))
+        await self._judge()
+
+    async def _ready_again(self, name: str, host: Host | None) -> str | None:
+        """None when `host` is ready (telling the log if it was mid-reboot); else `name`."""
+        assert host is not None
+        try:
+            await host.wait_ready(60.0)
+        except OpsArenaError:
+            return name
+        return None
+
+    async def _end_agents(self, record: MatchRecord, state: str, detail: str, source: str) -> None:
+        for agent_name, agent in record.agents.items():
+            if agent.running:
+                await self.emit(
+                    AgentEnded(
+                        agent=agent_name,
+                        terminal_state=state,
+                        successful=None,
+                        terminal_detail=detail,
+                        failure_source=source,
+                    )
+                )
+
+    # ---- the end -----------------------------------------------------------------------
+
+    async def _close(self, reason: str, winner: str | None) -> None:
+        if not self._finished:
+            self._finished = True
+            await self.emit(MatchFinished(finish_reason=reason, winner=winner))
+        await self._drain(reason)
+        await self._release_hosts()
+        self._closed = True
+        await self.emit(MatchClosed())
+
+    async def _release_hosts(self) -> None:
+        async def release(name: str, host: Host) -> None:
+            if self.plan.keep_hosts:
+                await self.emit(HostState(territory=name, state="kept"))
+                return
+            try:
+                await self.driver.remove(host.name)
+            except HostError as exc:
+                log.warning("could not remove %s: %s", host.name, exc)
+                await self.emit(HostState(territory=name, state="lost"))
+                return
+            await self.emit(HostState(territory=name, state="removed"))
+
+        await asyncio.gather(
+            *(release(n, t.host) for n, t in self._territories.items() if t.host is not None)
+        )

@@ -1,0 +1,243 @@
+"""Whole matches on real hosts: the controller, referee, agents and log together."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opsarena.agents.competitors import competitor_from_cli
+from opsarena.challenges.catalog import find_challenge
+from opsarena.errors import MatchError
+from opsarena.match.controller import Controller, MatchPlan
+from opsarena.match.fold import fold_events
+from opsarena.store import SqliteEventStore
+from tests.conftest import new_match_id
+from tests.match.test_seed_compat import incompatibilities
+
+pytestmark = pytest.mark.hosts
+
+
+def podman_names(match_id: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=opsarena.match={match_id}", "--format",
+         "{{.Names}}"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
+def plan_of(builders: dict[str, str], **extra: object) -> MatchPlan:
+    return MatchPlan(
+        challenge=find_challenge("durable-records"),
+        competitors=[competitor_from_cli(t, a) for t, a in builders.items()],
+        time_limit_s=float(extra.pop("time_limit_s", 150.0)),  # type: ignore[arg-type]
+        match_id=new_match_id("m"),
+        drain_s=2.0,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+async def test_full_match_record_matches_each_builder(tmp_path: Path) -> None:
+    plan = plan_of(
+        {
+            "reference": "scripted:reference",
+            "in-memory": "scripted:in-memory",
+            "not-enabled": "scripted:not-enabled",
+            "idle": "scripted:idle",
+        }
+    )
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await Controller(plan, store).run()
+        events = await store.read(plan.match_id)
+
+    assert record.match_state == "finished"
+    assert (record.finish_reason, record.winner) == ("first durable deployment", "reference")
+    points = {name: t.milestone_points for name, t in record.territories.items()}
+    assert points == {"reference": 100, "in-memory": 30, "not-enabled": 60, "idle": 0}
+    reference = record.territories["reference"]
+    assert reference.competitor_state == "durable" and reference.durable_at_ms is not None
+    assert 0 <= record.elapsed_ms - reference.durable_at_ms < 1000  # the match ends at once
+    assert reference.milestones["host-reboot"].evidence is not None
+    assert reference.milestones["host-reboot"].evidence["reboot"] is True
+    assert record.territories["in-memory"].milestones["service-restart"].failure_reason == (
+        "record_missing"
+    )
+    assert record.territories["idle"].milestones["service-up"].failure_reason == (
+        "connection_refused"
+    )
+    for name, territory in record.territories.items():
+        assert territory.state == "removed", name
+        assert territory.resources == 1
+        assert not any(m.evaluating for m in territory.milestones.values())
+    for agent in record.agents.values():
+        assert agent.running is False and agent.terminal_state is not None
+        assert agent.resource_units_used == 1
+    assert record.last_sequence == len(events) and [e.seq for e in events] == list(
+        range(1, len(events) + 1)
+    )
+    # The record is a fold: the same events give the same bytes, and the seed's shape holds.
+    assert fold_events(events).model_dump_json() == record.model_dump_json()
+    assert incompatibilities(record) == []
+    assert podman_names(plan.match_id) == []
+
+
+async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> None:
+    """A competitor that does nothing can never score: an image that already serves the
+    challenge is refused before any agent starts, and nothing is left behind."""
+    source_match = new_match_id("pre")
+    image = f"localhost/opsarena-test-solved:{source_match}"
+    plan = plan_of({"solver": "scripted:reference"})
+    from opsarena.agents import AgentContext
+    from opsarena.agents.scripted import get_scripted
+    from opsarena.hosts import HostSpec, get_driver
+
+    driver = get_driver("podman")
+    try:
+        host = await driver.create(
+            HostSpec(match_id=source_match, territory="solver", image=plan.challenge.image)
+        )
+        ctx = AgentContext(source_match, "solver", "", host, time.monotonic() + 60)
+        await get_scripted("reference").run(ctx)
+        subprocess.run(["podman", "commit", host.name, image], check=True, capture_output=True)
+        await driver.cleanup(match_id=source_match)
+        solved = plan.challenge.model_copy(update={"image": image})
+        broken = MatchPlan(
+            challenge=solved,
+            competitors=plan.competitors,
+            time_limit_s=60,
+            match_id=new_match_id("m"),
+        )
+        with SqliteEventStore(tmp_path / "log.db") as store:
+            with pytest.raises(MatchError, match="already passes service-up"):
+                await Controller(broken, store).run()
+            record = fold_events(await store.read(broken.match_id))
+        assert record.finish_reason == "aborted" and record.match_state == "finished"
+        assert record.started_at is None
+        assert all(a.terminal_state == "not-started" for a in record.agents.values())
+        assert podman_names(broken.match_id) == []
+    finally:
+        await driver.cleanup(match_id=source_match)
+        subprocess.run(["podman", "rmi", "--force", image], check=False, capture_output=True)
+
+
+def wait_for_event(db: Path, event_type: str, timeout: float = 120) -> str:
+    """The match id of the first event of `event_type` in `db`, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                try:
+                    row = conn.execute(
+                        "SELECT match_id FROM events WHERE type = ? LIMIT 1", (event_type,)
+                    ).fetchone()
+                except sqlite3.OperationalError:
+                    row = None
+            if row:
+                return str(row[0])
+        time.sleep(0.2)
+    raise AssertionError(f"no {event_type} event within {timeout}s")
+
+
+def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    record_path = tmp_path / "record.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db),
+         "--builder", "a=scripted:idle", "--builder", "b=scripted:wrong-health",
+         "--time-limit", "300", "--record", str(record_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        match_id = wait_for_event(db, "match_started")
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    record = json.loads(record_path.read_text())
+    assert record["finish_reason"] == "aborted" and record["match_state"] == "finished"
+    assert {t["state"] for t in record["territories"].values()} == {"removed"}
+    assert podman_names(match_id) == []
+    assert b"aborted" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "a match needs competitors"),
+        (["--builder", "a"], "must look like TERRITORY=AGENT"),
+        (["--builder", "a=scripted:nope"], "nope"),
+        (["--builder", "a=martian:x"], "martian"),
+        (["--builder", "a=scripted:idle", "--challenge", "no-such-challenge"], "no-such-challenge"),
+        (["--builder", "a=scripted:idle", "--seed", "xyz"], "--seed 'xyz'"),
+        (["--builder", "a=scripted:idle", "--finish", "never"], "--finish 'never'"),
+        (["--builder", "a=scripted:idle", "--record", "/nonexistent/dir/r.json"], "does not exist"),
+        (["--builder", "a=scripted:idle", "--builder", "a=scripted:idle"], "'a' is given twice"),
+        (["--builder", "A=scripted:idle"], "territory 'A' is not valid"),
+    ],
+)
+def test_bad_run_input_is_one_line_exit_2_and_makes_nothing(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    db = tmp_path / "log.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db), *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    if db.exists():
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+def test_demo_command_runs_a_match_to_its_verdict(tmp_path: Path) -> None:
+    env = {**os.environ, "OPSARENA_DB": str(tmp_path / "log.db")}
+    result = subprocess.run(
+        [sys.executable, "-m", "opsarena.cli.main", "demo", "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "winner: reference" in result.stdout
+    assert "first durable deployment" in result.stdout
+    match_id = result.stdout.split("look again: opsarena show ")[1].split()[0]
+    shown = subprocess.run(
+        [sys.executable, "-m", "opsarena.cli.main", "show", match_id, "--json"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    record = json.loads(shown.stdout)
+    assert record["winner"] == "reference"
+    assert record["territories"]["reference"]["milestone_points"] == 100
+    assert podman_names(match_id) == []
+
+
+async def test_finish_all_scores_everyone_and_best_score_wins(tmp_path: Path) -> None:
+    plan = plan_of({"wrong": "scripted:wrong-health", "mem": "scripted:in-memory"}, finish="all")
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await asyncio.wait_for(Controller(plan, store).run(), 200)
+    assert record.finish_reason == "all competitors finished"
+    assert record.winner == "mem"
+    assert record.territories["wrong"].milestones["service-up"].failure_reason == "wrong_body"
+    assert record.territories["mem"].competitor_state == "scored"
+
+
+async def test_time_limit_ends_a_match_a_person_never_finished(tmp_path: Path) -> None:
+    plan = plan_of({"mem": "scripted:in-memory", "person": "human"}, time_limit_s=25.0)
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await asyncio.wait_for(Controller(plan, store).run(), 200)
+    assert (record.finish_reason, record.winner) == ("time limit", "mem")
+    person = record.agents[record.territories["person"].agent]
+    assert person.terminal_state == "terminated" and person.terminal_detail
+    assert record.elapsed_ms >= 25_000

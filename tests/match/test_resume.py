@@ -1,0 +1,129 @@
+"""A controller killed with SIGKILL: `opsarena resume` continues or cleanly aborts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opsarena.match.fold import fold_events
+from opsarena.store import SqliteEventStore
+from tests.match.test_controller import podman_names, wait_for_event
+
+pytestmark = pytest.mark.hosts
+
+OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
+
+
+def start_match(db: Path, *builders: str) -> subprocess.Popen[bytes]:
+    args = [arg for b in builders for arg in ("--builder", b)]
+    return subprocess.Popen(
+        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def kill_after(process: subprocess.Popen[bytes], db: Path, event_type: str) -> str:
+    try:
+        match_id = wait_for_event(db, event_type)
+    except BaseException:
+        process.kill()
+        raise
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    return match_id
+
+
+def events_of(db: Path, match_id: str) -> list[tuple[int, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT seq, type FROM events WHERE match_id = ? ORDER BY seq", (match_id,)
+        ).fetchall()
+
+
+def resume(db: Path, match_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*OPSARENA, "resume", match_id, "--quiet", "--db", str(db)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    process = start_match(db, "ref=scripted:reference", "mem=scripted:in-memory")
+    match_id = kill_after(process, db, "agent_ended")
+    before = events_of(db, match_id)
+    assert podman_names(match_id), "the killed controller's hosts should still be there"
+    try:
+        resumed = resume(db, match_id)
+        assert resumed.returncode == 0, resumed.stderr
+        after = events_of(db, match_id)
+        assert after[: len(before)] == before  # nothing committed was lost or rewritten
+        assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
+        assert ("match_resumed" in {t for _, t in after}) and after[-1][1] == "match_closed"
+        with SqliteEventStore(db) as store:
+            import asyncio
+
+            record = fold_events(asyncio.run(store.read(match_id)))
+        assert record.match_state == "finished" and record.winner == "ref"
+        assert record.territories["ref"].milestone_points == 100
+        for agent in record.agents.values():
+            assert agent.terminal_state in ("completed", "interrupted")
+        assert "finished already" in resume(db, match_id).stderr
+        assert podman_names(match_id) == [], "resume must remove the hosts when it closes"
+    finally:
+        subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
+    assert podman_names(match_id) == []
+
+
+def test_resume_aborts_when_the_hosts_are_gone(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    process = start_match(db, "a=scripted:idle", "b=scripted:wrong-health")
+    match_id = kill_after(process, db, "match_started")
+    subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=True)
+    resumed = resume(db, match_id)
+    assert resumed.returncode == 0, resumed.stderr
+    shown = subprocess.run(
+        [*OPSARENA, "show", match_id, "--json", "--db", str(db)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    record = json.loads(shown.stdout)
+    assert record["finish_reason"] == "aborted" and record["match_state"] == "finished"
+    assert record["infrastructure_failures"] >= 1
+    assert record["winner"] is None
+    assert podman_names(match_id) == []
+
+
+def test_kill_loop_loses_no_event_and_leaks_no_host(tmp_path: Path) -> None:
+    """SIGKILL at random moments; every committed event survives, resume closes each."""
+    import random
+
+    rng = random.Random(7)
+    for round_ in range(3):
+        db = tmp_path / f"loop{round_}.db"
+        process = start_match(db, "a=scripted:reference", "b=scripted:volatile")
+        try:
+            wait_for_event(db, "match_created")
+            time.sleep(rng.uniform(0.5, 12.0))
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+        with sqlite3.connect(db) as conn:
+            match_id = conn.execute("SELECT match_id FROM events LIMIT 1").fetchone()[0]
+        before = events_of(db, match_id)
+        resumed = resume(db, match_id)
+        after = events_of(db, match_id)
+        assert after[: len(before)] == before
+        assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
+        if before[-1][1] != "match_closed":
+            assert resumed.returncode == 0, resumed.stderr
+            assert after[-1][1] == "match_closed"
+        assert podman_names(match_id) == [], "a resumed match leaves no host"
+        subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
+        assert podman_names(match_id) == []
