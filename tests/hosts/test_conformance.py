@@ -262,3 +262,22 @@ async def test_two_hosts_cannot_reach_each_other(driver: HostDriver) -> None:
         assert ns_a.stdout != ns_b.stdout
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
+
+
+async def test_repeated_restarts_never_hit_the_start_rate_limit(driver: HostDriver) -> None:
+    match_id = new_match_id("conf")
+    try:
+        host = await driver.create(HostSpec(match_id=match_id, territory="lim", image=TEST_IMAGE))
+        # StartLimitBurst=3 would stop the unit at the 4th start within a minute.
+        unit = (
+            "[Unit]\nStartLimitIntervalSec=60\nStartLimitBurst=3\n\n"
+            "[Service]\nExecStart=/bin/sleep infinity\n"
+        )
+        await host.write_file("/etc/systemd/system/limited.service", unit.encode())
+        started = await host.exec("systemctl daemon-reload && systemctl start limited", timeout=30)
+        assert started.exit_code == 0
+        pids = {await host.restart_service("limited.service") for _ in range(6)}
+        assert len(pids) == 6
+        assert await unit_active(host, "limited.service") == "active"
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))

@@ -246,8 +246,11 @@ def resume(
     ] = "podman",
     db: DbOption = None,
 ) -> None:
-    """Continue a match whose controller died, from its log and its hosts (or abort it
-    cleanly when its hosts are gone)."""
+    """Continue a match whose controller died (or abort it if its hosts are gone).
+
+    The referee takes up from the log with the match's own hosts; agents cannot be
+    resumed and end `interrupted`.
+    """
     live = sys.stdout.isatty() and not quiet
     with open_db(db) as store:
         record = asyncio.run(load_record(store, match_id))

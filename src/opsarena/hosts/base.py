@@ -139,6 +139,8 @@ class Host(abc.ABC):
         """Restart systemd `unit` and return its new main PID.
 
         Returns once the unit's MainPID is non-zero and differs from the one before.
+        The restart does not count toward the unit's start rate limit (the arena's
+        restarts are not crashes), so repeated checks never make a unit hit it.
         Raises `UnitMissingError` if the unit does not exist, `ServiceNotRunningError`
         if it has no main process to restart, and `ServiceRestartError` if no new main
         process appeared within `timeout` seconds.

@@ -259,7 +259,18 @@ class PodmanHost(Host):
                 f"unit {unit} in {self.name} has no running process ({active})"
             )
         deadline = time.monotonic() + timeout
-        restart = await self.exec(["systemctl", "restart", "--", unit], timeout=timeout)
+        # reset-failed first: restarts the arena injects are not crashes, and must not
+        # push the competitor's unit over its start rate limit (StartLimitBurst).
+        restart = await self.exec(
+            [
+                "bash",
+                "-c",
+                'systemctl reset-failed -- "$1"; exec systemctl restart -- "$1"',
+                "-",
+                unit,
+            ],
+            timeout=timeout,
+        )
         if restart.exit_code != 0:
             raise ServiceRestartError(
                 f"systemctl restart {unit} failed in {self.name}: {_last_line(restart.stderr)}"
