@@ -1,0 +1,138 @@
+"""Every kind of competitor in a whole match on real hosts: llm, command and human.
+
+The LLM endpoint is the one test double allowed: a local server speaking the
+OpenAI chat-completions wire protocol (tests/agents/openai_double.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.agents.openai_double import API_KEY, OpenAIDouble, completion, openai_double
+from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
+from tests.conftest import new_match_id
+from tests.match.test_controller import podman_names, wait_for_event
+
+from opsarena.agents.competitors import competitor_from_cli
+from opsarena.challenges.catalog import find_challenge
+from opsarena.match.controller import Controller, MatchPlan
+from opsarena.store import SqliteEventStore
+
+__all__ = ["openai_double"]  # fixture
+
+pytestmark = pytest.mark.hosts
+
+OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+UNIT_PATH = "/etc/systemd/system/builder-app.service"
+
+
+async def test_an_llm_agent_wins_a_match_and_the_record_shows_its_usage(
+    openai_double: OpenAIDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPSARENA_LLM_BASE_URL", openai_double.base_url)
+    monkeypatch.setenv("OPSARENA_LLM_API_KEY", API_KEY)
+    unit = UNIT.replace("durable records service", "builder-app")
+    openai_double.script = [
+        completion(
+            calls=[
+                ("write_file", {"path": APP_PATH, "content": APP}),
+                ("write_file", {"path": UNIT_PATH, "content": unit}),
+            ],
+            prompt_tokens=1500, completion_tokens=800, cost=0.0021,
+        ),
+        completion(
+            calls=[("bash", {"command": "systemctl daemon-reload && "
+                             "systemctl enable --now builder-app && " + WAIT_HEALTHY})],
+            prompt_tokens=2600, completion_tokens=60, cost=0.0011,
+        ),
+        completion(
+            calls=[("done", {"summary": "builder-app is enabled, durable and healthy"})],
+            prompt_tokens=2800, completion_tokens=20, cost=0.0009,
+        ),
+    ]  # fmt: skip
+    plan = MatchPlan(
+        challenge=find_challenge("durable-records"),
+        competitors=[competitor_from_cli("builder-one", "llm:double-model")],
+        time_limit_s=150,
+        match_id=new_match_id("m"),
+    )
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await Controller(plan, store).run()
+        transcript = [e for e in await store.read(plan.match_id) if e.type == "agent_transcript"]
+
+    assert (record.finish_reason, record.winner) == ("first durable deployment", "builder-one")
+    assert record.territories["builder-one"].milestone_points == 100
+    agent = record.agents[record.territories["builder-one"].agent]
+    assert agent.model == "double-model"
+    assert (agent.terminal_state, agent.successful) == ("completed", True)
+    assert (agent.input_tokens, agent.output_tokens) == (1500 + 2600 + 2800, 800 + 60 + 20)
+    assert agent.cost_microusd == 2100 + 1100 + 900
+    assert transcript, "the conversation is kept as events"
+    assert podman_names(plan.match_id) == []
+
+
+def test_a_command_agent_wins_through_opsarena_run(tmp_path: Path) -> None:
+    record_path = tmp_path / "record.json"
+    result = subprocess.run(
+        [*OPSARENA, "run", "--quiet", "--db", str(tmp_path / "log.db"), "--record",
+         str(record_path), "--builder", f"a=command:{ROOT / 'examples' / 'command-agent.sh'}"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads(record_path.read_text())
+    assert record["winner"] == "a" and record["territories"]["a"]["milestone_points"] == 100
+    agent = record["agents"][record["territories"]["a"]["agent"]]
+    assert agent["terminal_state"] == "completed" and agent["successful"] is True
+
+
+def test_a_person_declares_done_and_the_referee_verifies(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    process = subprocess.Popen(
+        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "200",
+         "--builder", "me=human", "--record", str(tmp_path / "record.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        match_id = wait_for_event(db, "match_started")
+        wrong = subprocess.run(
+            [*OPSARENA, "done", match_id, "nobody", "--db", str(db)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert wrong.returncode == 2 and "has no territory 'nobody'" in wrong.stderr
+        time.sleep(0.5)
+        done = subprocess.run(
+            [*OPSARENA, "done", match_id, "me", "--db", str(db)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        _out, err = process.communicate(timeout=200)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert f"opsarena hosts shell {match_id}/me" in err
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["finish_reason"] == "all competitors finished"
+    territory = record["territories"]["me"]
+    assert territory["done_by"] and territory["milestone_points"] == 0
+    agent = record["agents"][territory["agent"]]
+    assert agent["terminal_state"] == "completed" and "declared done by" in agent["terminal_detail"]
+
+
+def test_the_seed_match_says_in_one_line_when_no_endpoint_is_configured(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if "OPENAI" not in k and "OPSARENA_LLM" not in k}
+    result = subprocess.run(
+        [*OPSARENA, "run", "--quiet", "--db", str(tmp_path / "log.db"),
+         "--competitors", str(ROOT / "examples" / "seed-match.toml")],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "no LLM endpoint configured" in lines[0]
