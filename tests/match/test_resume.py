@@ -127,3 +127,21 @@ def test_kill_loop_loses_no_event_and_leaks_no_host(tmp_path: Path) -> None:
         assert podman_names(match_id) == [], "a resumed match leaves no host"
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
         assert podman_names(match_id) == []
+
+
+def test_resume_after_a_kill_during_a_host_reboot(tmp_path: Path) -> None:
+    """Killed while the referee rebooted a host: the log says "rebooting"; resume must
+    see the host ready again and finish the match."""
+    db = tmp_path / "log.db"
+    process = start_match(db, "ref=scripted:reference")
+    match_id = kill_after(process, db, "host_state")  # the first host_state is "rebooting"
+    assert events_of(db, match_id)[-1][1] in ("host_state", "fault_injected", "attempt_started")
+    try:
+        resumed = resume(db, match_id)
+        assert resumed.returncode == 0, resumed.stderr
+        after = events_of(db, match_id)
+        assert after[-1][1] == "match_closed"
+        assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
+        assert podman_names(match_id) == []
+    finally:
+        subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)

@@ -45,6 +45,7 @@ TRANSCRIPT_OUTPUT_LIMIT = 4096
 MAX_EXEC_TIMEOUT = 3600.0
 DEFAULT_GRACE = 5.0
 _CHUNK = 8192
+_DRAIN_CHUNK = 1024 * 1024
 _GATE_LINE_LIMIT = 2 * DEFAULT_FILE_LIMIT  # a base64 file of the largest size fits
 
 
@@ -183,18 +184,22 @@ class CommandAgent(Agent):
     async def _pump(self, ctx: AgentContext, stream: asyncio.StreamReader, name: str) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         seen = 0
-        while chunk := await stream.read(_CHUNK):
+        cut = False
+        # Past the cut, keep draining (in big reads) so the program never blocks on a
+        # full pipe; the cut is reported once, even when it falls between two reads.
+        while chunk := await stream.read(_DRAIN_CHUNK if cut else _CHUNK):
             room = self.output_limit - seen
             seen += len(chunk)
-            if room <= 0:
-                continue  # keep draining so the program never blocks on a full pipe
-            text = decoder.decode(chunk[:room])
+            if cut:
+                continue
+            text = decoder.decode(chunk[:room]) if room > 0 else ""
             if seen > self.output_limit:
+                cut = True
                 text += decoder.decode(b"", final=True)
                 text += f"\n[{name} cut after {self.output_limit} bytes]\n"
             if text:
                 await ctx.report("output", {"stream": name, "text": text})
-        if seen <= self.output_limit and (rest := decoder.decode(b"", final=True)):
+        if not cut and (rest := decoder.decode(b"", final=True)):
             await ctx.report("output", {"stream": name, "text": rest})
 
 

@@ -546,6 +546,14 @@ class Controller:
             *(self._ready_again(n, t.host) for n, t in self._territories.items() if t.host),
         )
         lost += [name for name in ready if name]
+        for name, territory in self._territories.items():
+            # Killed mid-reboot: the log says "rebooting"; the host is up again now.
+            if (
+                name not in lost
+                and territory.host
+                and record.territories[name].state == "rebooting"
+            ):
+                await self.emit(HostState(territory=name, state="ready"))
         if record.started_at is None or lost:
             self._abort_why = (
                 f"hosts lost while the controller was down: {', '.join(sorted(lost))}"
@@ -579,7 +587,7 @@ class Controller:
         await self._judge()
 
     async def _ready_again(self, name: str, host: Host | None) -> str | None:
-        """None when `host` is ready (telling the log if it was mid-reboot); else `name`."""
+        """None when `host` is ready within 60 s; else `name` (it is lost)."""
         assert host is not None
         try:
             await host.wait_ready(60.0)
