@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.competitors import competitor_from_cli
+from opsarena.agents.spec import register_agent_kind
 from opsarena.challenges.catalog import find_challenge
 from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan
@@ -252,3 +254,34 @@ async def test_time_limit_ends_a_match_a_person_never_finished(tmp_path: Path) -
     person = record.agents[record.territories["person"].agent]
     assert person.terminal_state == "terminated" and person.terminal_detail
     assert record.elapsed_ms >= 25_000
+
+
+class FeedbackListener(Agent):
+    """Does nothing but wait for the referee's first message, and ends with it."""
+
+    model = "listener"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        try:
+            message = await asyncio.wait_for(ctx.feedback.get(), 8)
+        except TimeoutError:
+            return AgentOutcome("completed", True, "no feedback came")
+        return AgentOutcome("completed", True, message)
+
+
+register_agent_kind("test-listener", lambda spec, settings, env: FeedbackListener(), arg=None)
+
+
+@pytest.mark.parametrize("feedback", [True, False])
+async def test_referee_feedback_reaches_agents_when_the_challenge_enables_it(
+    tmp_path: Path, feedback: bool
+) -> None:
+    plan = plan_of({"quiet": "test-listener"}, time_limit_s=30.0)
+    plan.challenge = plan.challenge.model_copy(update={"feedback": feedback})
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await Controller(plan, store).run()
+    detail = record.agents["quiet"].terminal_detail or ""
+    if feedback:
+        assert detail.startswith("service-up failed: connection_refused")
+    else:
+        assert detail == "no feedback came"

@@ -50,9 +50,11 @@ class Challenge(BaseModel):
     """A whole challenge, as a competitor and the referee see it.
 
     `brief` is everything a competitor reads; `cadence_s` is how often the referee
-    evaluates each territory's first unpassed milestone. `checks_module` is imported
-    before the milestones' checks are looked up, so a challenge may register checks of
-    its own (it defaults to the referee's built-in checks).
+    evaluates each territory's first unpassed milestone; with `feedback`, each failed
+    attempt reaches the competitor's agent as a short message (its reason and detail).
+    `checks_module` is imported before the milestones' checks are looked up, so a
+    challenge may register checks of its own (it defaults to the referee's built-in
+    checks).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,6 +67,7 @@ class Challenge(BaseModel):
     unit: Annotated[str, Field(pattern=UNIT_PATTERN)]
     time_limit_s: Annotated[int, Field(ge=10, le=24 * 3600)]
     cadence_s: Annotated[float, Field(ge=0.1, le=60)] = 1.0
+    feedback: bool = True
     checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] = BUILTIN_CHECKS_MODULE
     milestones: Annotated[list[Milestone], Field(min_length=1)]
 

@@ -86,7 +86,6 @@ class MatchPlan:
     keep_hosts: bool = False
     driver: str = "podman"
     match_id: str = field(default_factory=new_match_id)
-    feedback: bool = True
     provision_timeout_s: float = 120.0
 
 
@@ -161,7 +160,7 @@ class Controller:
         if (
             event_type == "attempt_result"
             and data.get("verdict") == "failed"
-            and self.plan.feedback
+            and self.plan.challenge.feedback
         ):
             territory = self._territories.get(str(data.get("territory")))
             if territory is not None and territory.ctx is not None and not territory.ended:

@@ -9,7 +9,7 @@ what it would have changed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
@@ -19,7 +19,9 @@ from opsarena.store import EventStore, StoredEvent
 FinishReason = Literal[
     "first durable deployment", "time limit", "all competitors finished", "aborted"
 ]
-AgentKind = Literal["scripted", "command", "llm", "human"]
+AgentKind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+"""An agent kind's registered name (`scripted`, `command`, `llm`, `human`, or any kind
+registered later): the log does not restrict it, so new kinds need no change here."""
 TerminalState = Literal["completed", "failed", "terminated", "interrupted"]
 FailureSource = Literal["player", "arena", "controller"]
 Verdict = Literal["passed", "failed", "referee_error"]
