@@ -281,3 +281,26 @@ async def test_repeated_restarts_never_hit_the_start_rate_limit(driver: HostDriv
         assert await unit_active(host, "limited.service") == "active"
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
+
+
+async def test_disk_usage_counts_writes_and_a_frozen_disk_refuses_them(
+    driver: HostDriver,
+) -> None:
+    match_id = new_match_id("conf")
+    try:
+        host = await driver.create(HostSpec(match_id=match_id, territory="disk", image=TEST_IMAGE))
+        before = await host.disk_usage()
+        wrote = await host.exec("head -c 20000000 /dev/urandom > /var/lib/blob", timeout=60)
+        assert wrote.exit_code == 0
+        assert await host.disk_usage() >= before + 20_000_000
+        await host.freeze_disk()
+        refused = await host.exec("echo more > /var/lib/more", timeout=10)
+        assert refused.exit_code != 0 and b"Read-only file system" in refused.stderr
+        assert len(await host.read_file("/var/lib/blob")) == 20_000_000
+        assert (await host.exec("echo fine > /tmp/scratch", timeout=10)).exit_code == 0
+        await host.reboot()
+        still = await host.exec("echo more > /var/lib/more", timeout=10)
+        assert still.exit_code != 0, "the freeze must survive a reboot"
+        assert await host.wait_ready(30) in ("running", "degraded")
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))

@@ -145,3 +145,16 @@ def test_resume_after_a_kill_during_a_host_reboot(tmp_path: Path) -> None:
         assert podman_names(match_id) == []
     finally:
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
+
+
+def test_resume_after_a_kill_during_provisioning_aborts_and_removes_everything(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "log.db"
+    process = start_match(db, "a=scripted:idle", "b=scripted:idle", "c=scripted:idle")
+    match_id = kill_after(process, db, "host_provisioning")
+    resumed = resume(db, match_id)
+    assert resumed.returncode == 0, resumed.stderr
+    after = events_of(db, match_id)
+    assert after[-1][1] == "match_closed"
+    assert podman_names(match_id) == [], "hosts half-made by the killed controller are removed"

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +30,7 @@ from opsarena.errors import MatchError, UsageError
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import CompetitorDone
 from opsarena.match.record import MatchRecord
+from opsarena.web import ScoreboardServer, start_scoreboard
 
 DEMO_BUILDERS = {
     "reference": "scripted:reference",
@@ -79,10 +81,18 @@ def write_record(record: MatchRecord, path: Path) -> None:
     temporary.replace(path)
 
 
-def play(plan: MatchPlan, db: Path | None, *, quiet: bool, record_path: Path | None) -> MatchRecord:
-    """Run the match of `plan` with the terminal view; return its record."""
+def play(
+    plan: MatchPlan,
+    db: Path | None,
+    *,
+    quiet: bool,
+    record_path: Path | None,
+    serve: bool = False,
+) -> MatchRecord:
+    """Run the match of `plan` with the terminal view (and the web scoreboard while it
+    runs, if `serve`); return its record."""
     live = sys.stdout.isatty() and not quiet
-    with open_db(db) as store:
+    with open_db(db) as store, _scoreboard(db, serve) as scoreboard:
 
         async def main() -> MatchRecord:
             controller = Controller(plan, store)
@@ -90,6 +100,9 @@ def play(plan: MatchPlan, db: Path | None, *, quiet: bool, record_path: Path | N
             err_console.print(
                 f"match {plan.match_id}: {len(plan.competitors)} territories", markup=False
             )
+            if scoreboard is not None:
+                url = f"{scoreboard.url}/matches/{plan.match_id}"
+                err_console.print(f"scoreboard: {url}", markup=False, soft_wrap=True)
             viewer = asyncio.create_task(watch(store, plan.match_id, console, live=live))
             try:
                 return await controller.run()
@@ -105,6 +118,27 @@ def play(plan: MatchPlan, db: Path | None, *, quiet: bool, record_path: Path | N
                 with contextlib.suppress(Exception):
                     write_record(asyncio.run(load_record(store, plan.match_id)), record_path)
     return record
+
+
+@contextlib.contextmanager
+def _scoreboard(db: Path | None, serve: bool) -> Iterator[ScoreboardServer | None]:
+    """The web scoreboard of `db` for the duration of a match (`--serve`), else nothing."""
+    if not serve:
+        yield None
+        return
+    server = start_scoreboard(db)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+ServeOption = Annotated[
+    bool,
+    typer.Option(
+        "--serve", help="Serve the live scoreboard on 127.0.0.1 during the match; print its URL."
+    ),
+]
 
 
 def run(
@@ -144,6 +178,7 @@ def run(
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
     ] = "podman",
     db: DbOption = None,
+    serve: ServeOption = False,
 ) -> None:
     """Run a match: provision hosts, start every agent at once, judge, finish, drain."""
     if finish not in ("first-durable", "all"):
@@ -175,7 +210,7 @@ def run(
     if seed_bytes is not None:
         plan.seed = seed_bytes
     _announce_humans(plan)
-    result = play(plan, db, quiet=quiet, record_path=record)
+    result = play(plan, db, quiet=quiet, record_path=record, serve=serve)
     print_summary(result)
     console.print(f"look again: opsarena show {result.match_id}", markup=False)
 
@@ -195,6 +230,7 @@ def demo(
         bool, typer.Option("--quiet", help="Plain progress lines, no live view.")
     ] = False,
     db: DbOption = None,
+    serve: ServeOption = False,
 ) -> None:
     """A match of four scripted builders: reference, in-memory, not-enabled and idle."""
     challenge = find_challenge("durable-records")
@@ -204,7 +240,7 @@ def demo(
         time_limit_s=120.0,
         drain_s=5.0,
     )
-    result = play(plan, db, quiet=quiet, record_path=None)
+    result = play(plan, db, quiet=quiet, record_path=None, serve=serve)
     print_summary(result)
     console.print(
         f"look again: opsarena show {result.match_id}   (record as JSON: add --json)", markup=False

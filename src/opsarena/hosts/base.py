@@ -164,6 +164,20 @@ class Host(abc.ABC):
         that state. Raises `HostBootError` after `timeout` seconds."""
 
     @abc.abstractmethod
+    async def disk_usage(self) -> int:
+        """Bytes the host has written to its own disk since it was created (its files
+        under /run and /tmp are not disk: they count against its memory). Raises
+        `HostUnavailableError` when the driver cannot tell."""
+
+    @abc.abstractmethod
+    async def freeze_disk(self) -> None:
+        """Make the host's disk read-only, at once and until the host is removed:
+        `reboot` applies it again before it returns. Reading, running, /run and /tmp
+        stay as they were. The arena does this to a host over its disk quota, so a
+        competitor that fills its disk fails alone instead of filling the machine.
+        Raises `HostUnavailableError`."""
+
+    @abc.abstractmethod
     async def connect(
         self, port: int, *, timeout: float = 5.0
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

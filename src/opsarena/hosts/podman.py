@@ -146,6 +146,7 @@ class PodmanHost(Host):
         self._boots = 1
         self._pid = 0
         self._boot_id: int | None = None
+        self._frozen = False
 
     @property
     def boots(self) -> int:
@@ -303,6 +304,8 @@ class PodmanHost(Host):
             raise HostBootError(f"{self.name} did not reboot: its init has the same start time")
         self._boots += 1
         await self.wait_ready(max(1.0, deadline - time.monotonic()))
+        if self._frozen:  # a new boot mounts the disk read-write again
+            await self.freeze_disk()
 
     async def _system_state(self, timeout: float) -> str:
         """What `systemctl is-system-running` says in the host.
@@ -350,6 +353,35 @@ class PodmanHost(Host):
                 last = str(exc)
             await asyncio.sleep(0.02)
         raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
+
+    async def disk_usage(self) -> int:
+        # The container's writable overlay layer holds everything it wrote to disk.
+        inspected = await self._inspect()
+        upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
+        if not upper:
+            raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
+        counted = await run_process(["du", "-sx", "-B1", upper], timeout=60.0, output_limit=4096)
+        if counted.returncode != 0 or not counted.stdout.split():
+            raise HostUnavailableError(
+                f"cannot measure the disk of {self.name}: {_last_line(counted.stderr)}"
+            )
+        return int(counted.stdout.split()[0])
+
+    async def freeze_disk(self) -> None:
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise HostUnavailableError("nsenter (util-linux) is needed to freeze a host's disk")
+        pid = await self._init_pid()
+        self._frozen = True
+        frozen = await run_process(
+            [nsenter, f"--target={pid}", "--mount", "--", "mount", "-o", "remount,ro", "/"],
+            timeout=30.0,
+            output_limit=4096,
+        )
+        if frozen.returncode != 0:
+            raise HostUnavailableError(
+                f"cannot make the disk of {self.name} read-only: {_last_line(frozen.stderr)}"
+            )
 
     async def connect(
         self, port: int, *, timeout: float = 5.0

@@ -32,6 +32,7 @@ from opsarena.match.events import (
     AgentStarted,
     AgentTranscript,
     AgentUsage,
+    DiskQuotaExceeded,
     EventData,
     FinalVerification,
     HostFailed,
@@ -59,6 +60,8 @@ MAX_OUTPUT_CHARS = 16 * 1024
 """Longest `agent_output` chunk kept as one event; longer text is cut and marked."""
 
 POLL_S = 0.1
+DISK_CHECK_S = 1.0
+"""How often each host's disk use is measured against the quota."""
 """How often the controller looks at the standings while the match runs."""
 
 EventObserver = Callable[[StoredEvent], None]
@@ -87,6 +90,8 @@ class MatchPlan:
     driver: str = "podman"
     match_id: str = field(default_factory=new_match_id)
     provision_timeout_s: float = 120.0
+    disk_quota_mb: int = 2048
+    """Past this much written to its disk, a host's disk becomes read-only."""
 
 
 @dataclass
@@ -326,12 +331,13 @@ class Controller:
         """Referee, final verifications and `opsarena done` until the match is over; close."""
         referee_task = asyncio.create_task(self.referee.run(), name="referee")
         done_task = asyncio.create_task(self._watch_done(), name="watch-done")
+        disk_task = asyncio.create_task(self._watch_disks(), name="watch-disks")
         try:
             reason = await self._until_finished(referee_task)
         finally:
             # No attempt may start once the match is over: stop every judging task first.
             self._judging_over = True
-            stoppable = [referee_task, done_task, *self._settlers]
+            stoppable = [referee_task, done_task, disk_task, *self._settlers]
             for task in stoppable:
                 task.cancel()
             await asyncio.gather(*stoppable, return_exceptions=True)
@@ -457,6 +463,29 @@ class Controller:
                 territory.ctx.params["done_by"] = event.data.get("by") or "a person"
                 territory.ctx.done.set()
 
+    async def _watch_disks(self) -> None:
+        """Every `DISK_CHECK_S`, freeze the disk of any host over the quota: a
+        competitor filling its disk fails alone and never fills the machine."""
+        quota = self.plan.disk_quota_mb * 2**20
+        frozen: set[str] = set()
+        while True:
+            for name, territory in self._territories.items():
+                if territory.host is None or name in frozen:
+                    continue
+                try:
+                    used = await territory.host.disk_usage()
+                    if used <= quota:
+                        continue
+                    await territory.host.freeze_disk()
+                except HostError as exc:  # rebooting, or gone: look again next time
+                    log.debug("disk check of %s: %s", name, exc)
+                    continue
+                frozen.add(name)
+                await self.emit(
+                    DiskQuotaExceeded(territory=name, used_bytes=used, quota_bytes=quota)
+                )
+            await asyncio.sleep(DISK_CHECK_S)
+
     async def _drain(self, reason: str) -> None:
         running = [
             t for t in self._territories.values() if t.task is not None and not t.task.done()
@@ -560,11 +589,17 @@ class Controller:
                 else "the controller was killed before the match started"
             )
             for name in lost:
-                if record.territories[name].state not in ("failed", "removed", "lost"):
+                state = record.territories[name].state
+                if state == "provisioning":
+                    error = "the controller was killed while it provisioned this host"
+                    await self.emit(HostFailed(territory=name, error=error))
+                elif state not in ("failed", "removed", "lost"):
                     await self.emit(HostState(territory=name, state="lost"))
                 self._territories[name].host = None
             await self._end_agents(record, "interrupted", why, "arena")
             await self._close("aborted", None)
+            # A host half-made when the controller died is in no territory: remove it too.
+            await self.driver.cleanup(match_id=self.match_id)
             return
         for name, territory in self._territories.items():
             assert territory.host is not None

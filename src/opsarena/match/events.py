@@ -195,6 +195,15 @@ class MatchClosed(EventData):
     event_type: ClassVar[str] = "match_closed"
 
 
+class DiskQuotaExceeded(EventData):
+    """A host wrote more than its disk quota; its disk is read-only from now on."""
+
+    event_type: ClassVar[str] = "disk_quota_exceeded"
+    territory: str
+    used_bytes: int = Field(ge=0)
+    quota_bytes: int = Field(ge=0)
+
+
 class MatchResumed(EventData):
     """`opsarena resume` took the match over after its controller died; an attempt that
     was in flight then has no result and never will."""
@@ -226,6 +235,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
         MatchFinished,
         MatchClosed,
         MatchResumed,
+        DiskQuotaExceeded,
     )
 }
 """Every event type the fold understands, by the envelope's `type`."""

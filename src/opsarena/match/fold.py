@@ -23,6 +23,7 @@ from opsarena.match.events import (
     AttemptResult,
     AttemptStarted,
     CompetitorDone,
+    DiskQuotaExceeded,
     Event,
     FaultInjected,
     FinalVerification,
@@ -193,6 +194,10 @@ class RecordFolder:
                 self._finished(event, data)
             case MatchClosed():
                 self._closed()
+            case DiskQuotaExceeded(territory=name):
+                territory = self._territory(name)
+                if territory.disk_frozen_at_ms is None:
+                    territory.disk_frozen_at_ms = event.t_ms
             case MatchResumed():
                 # Attempts in flight when the controller died were abandoned with it.
                 self._evaluating.clear()

@@ -53,6 +53,8 @@ class TerritoryRecord(_Record):
     failure_reason: str | None = None
     preflight_ok: bool | None = None
     done_by: str | None = None
+    disk_frozen_at_ms: int | None = None
+    """When the host went over its disk quota and its disk became read-only."""
 
 
 class AgentRecord(_Record):
