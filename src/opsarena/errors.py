@@ -107,3 +107,7 @@ class CompetitorsFileError(OpsArenaError):
 class MatchError(OpsArenaError):
     """A match could not start or go on (hosts not provisioned, preflight refused, bad
     plan); the log is closed and the hosts removed before it is raised."""
+
+
+class ServeError(OpsArenaError):
+    """The scoreboard cannot serve: its address cannot be bound (port taken, unknown host)."""

@@ -15,6 +15,7 @@ from opsarena.cli import hosts as hosts_cli
 from opsarena.cli import image as image_cli
 from opsarena.cli import records as records_cli
 from opsarena.cli import run as run_cli
+from opsarena.cli import serve as serve_cli
 from opsarena.cli.output import fail
 from opsarena.errors import OpsArenaError
 
@@ -35,6 +36,7 @@ app.command("resume")(run_cli.resume)
 app.command("show")(records_cli.show)
 app.command("ls")(records_cli.ls)
 app.command("events")(records_cli.events)
+app.command("serve")(serve_cli.serve)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -174,6 +174,10 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="Plain progress lines, no live view.")
     ] = False,
+    disk_quota: Annotated[
+        int,
+        typer.Option("--disk-quota", min=64, help="MiB a host may write before its disk freezes."),
+    ] = 2048,
     driver: Annotated[
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
     ] = "podman",
@@ -206,6 +210,7 @@ def run(
         finish=finish,  # type: ignore[arg-type]
         keep_hosts=keep_hosts,
         driver=driver,
+        disk_quota_mb=disk_quota,
     )
     if seed_bytes is not None:
         plan.seed = seed_bytes

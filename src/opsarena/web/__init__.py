@@ -1,1 +1,21 @@
-"""web."""
+"""The web scoreboard: `opsarena serve`'s JSON API, server-sent events and static pages."""
+
+from opsarena.web.app import create_app
+from opsarena.web.server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ScoreboardServer,
+    bind,
+    serve_forever,
+    start_scoreboard,
+)
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ScoreboardServer",
+    "bind",
+    "create_app",
+    "serve_forever",
+    "start_scoreboard",
+]

@@ -1,0 +1,173 @@
+"""The scoreboard application: the JSON API, its server-sent event streams, the pages.
+
+`create_app(db_path)` builds a FastAPI app that reads one event log (read-only) and
+nothing else. Routes:
+
+- `GET /` and `GET /matches/{id}`: the static pages (`static/`), which call the API;
+- `GET /api/matches`: the matches list, newest first;
+- `GET /api/matches/{id}`: the match record (the seed-compatible fold of its events);
+- `GET /api/matches/{id}/events?after=SEQ&limit=N`: raw events after `SEQ`;
+- `GET /api/matches/{id}/stream?after=SEQ`: server-sent events (see `web.stream`);
+- `GET /api/stream`: server-sent events of the matches list;
+- `GET /openapi.json`: the schema of all of the above.
+
+An unknown match is 404 with `{"detail": "..."}`; a bad query value is 422; a log that
+cannot be folded is 500 and an unusable database 503, both with a one-line `detail`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from sse_starlette import EventSourceResponse
+
+import opsarena
+from opsarena.errors import EventLogError, StoreError
+from opsarena.match.record import MatchRecord
+from opsarena.store import EventStore
+from opsarena.web.models import ErrorBody, EventEnvelope, MatchListItem
+from opsarena.web.readonly import open_read_only
+from opsarena.web.records import RecordCache, list_items
+from opsarena.web.stream import PING_S, match_messages, matches_messages
+
+STATIC_DIR = Path(__file__).parent / "static"
+MAX_SEQ = 2**53 - 1
+"""The largest `after` accepted: sequence numbers stay exact in JavaScript."""
+MAX_EVENTS = 10_000
+"""The most events one `/events` answer holds; page with `after`."""
+MAX_MATCHES = 1000
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such match"}
+}
+_BROKEN: dict[int | str, dict[str, Any]] = {
+    500: {"model": ErrorBody, "description": "The match's log cannot be folded"},
+    503: {"model": ErrorBody, "description": "The event log cannot be read"},
+}
+_SSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A stream of server-sent events",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+MatchId = Annotated[str, PathParam(description="A match id, as `/api/matches` lists them.")]
+After = Annotated[
+    int, Query(ge=0, le=MAX_SEQ, description="Only events with a larger seq (0: from the start).")
+]
+
+
+def resume_after(after: int, last_event_id: str | None) -> int:
+    """Where a match stream starts: the `Last-Event-ID` a reconnecting browser sends (the
+    seq it saw last) when it is a valid seq, else the `after` query value."""
+    if last_event_id is not None and last_event_id.isascii() and last_event_id.isdigit():
+        seq = int(last_event_id)
+        if seq <= MAX_SEQ:
+            return seq
+    return after
+
+
+def create_app(db_path: Path | str) -> FastAPI:
+    """The scoreboard of the event log at `db_path`, opened read-only (a missing file is
+    created empty first). Raises `StoreError` when the file is not a usable event log."""
+    store: EventStore = open_read_only(Path(db_path).expanduser())
+    cache = RecordCache(store)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            store.close()
+
+    app = FastAPI(
+        title="opsarena scoreboard",
+        version=opsarena.__version__,
+        description="Matches, records and live events from one opsarena event log.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.exception_handler(EventLogError)
+    async def broken_log(_: Request, exc: EventLogError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
+    @app.exception_handler(StoreError)
+    async def broken_store(_: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    async def require_match(match_id: str) -> None:
+        if await store.summary(match_id) is None:
+            raise HTTPException(404, f"no match {match_id!r} in this event log")
+
+    @app.get("/", include_in_schema=False)
+    async def index_page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    @app.get("/matches/{match_id}", include_in_schema=False)
+    async def match_page(match_id: str) -> FileResponse:
+        return FileResponse(STATIC_DIR / "match.html")
+
+    @app.get("/api/matches", responses=_BROKEN)
+    async def matches(
+        limit: Annotated[int, Query(ge=1, le=MAX_MATCHES, description="Most rows.")] = 100,
+    ) -> list[MatchListItem]:
+        """The newest matches first: id, challenge, state, winner, duration, start."""
+        return await list_items(cache, await store.list_matches(limit))
+
+    @app.get("/api/matches/{match_id}", responses={**_NOT_FOUND, **_BROKEN})
+    async def match_record(match_id: MatchId) -> MatchRecord:
+        """The match record: the fold of every event so far (final once `match_state` is
+        `finished`)."""
+        record = await cache.record(match_id)
+        if record is None:
+            raise HTTPException(404, f"no match {match_id!r} in this event log")
+        return record
+
+    @app.get("/api/matches/{match_id}/events", responses={**_NOT_FOUND, **_BROKEN})
+    async def match_events(
+        match_id: MatchId,
+        after: After = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_EVENTS, description="Most events.")] = 1000,
+    ) -> list[EventEnvelope]:
+        """The match's events with `seq > after`, in order, at most `limit` of them."""
+        await require_match(match_id)
+        events = await store.read(match_id, after=after, limit=limit)
+        return [EventEnvelope(**event.to_json()) for event in events]
+
+    @app.get(
+        "/api/matches/{match_id}/stream",
+        response_class=EventSourceResponse,
+        responses={**_SSE, **_NOT_FOUND, **_BROKEN},
+    )
+    async def match_stream(
+        match_id: MatchId,
+        after: After = 0,
+        last_event_id: Annotated[
+            str | None, Header(description="Resume after this seq (sent by browsers).")
+        ] = None,
+    ) -> EventSourceResponse:
+        """Server-sent events: `event` per event after `after`, `record` whenever caught
+        up, `end` after `match_closed` (then the stream closes), `broken` when the log
+        cannot be folded (then it closes)."""
+        await require_match(match_id)
+        start = resume_after(after, last_event_id)
+        return EventSourceResponse(match_messages(store, match_id, start), ping=PING_S)
+
+    @app.get("/api/stream", response_class=EventSourceResponse, responses={**_SSE, **_BROKEN})
+    async def matches_stream(
+        limit: Annotated[int, Query(ge=1, le=MAX_MATCHES, description="Most rows.")] = 100,
+    ) -> EventSourceResponse:
+        """Server-sent events: `matches` (the list rows) at once and on every change."""
+        return EventSourceResponse(matches_messages(store, cache, limit), ping=PING_S)
+
+    return app

@@ -1,0 +1,165 @@
+"""The match page in a real browser (Debian's chromium driven by Playwright) while a real
+match runs in another process: a milestone chip turns passed without a reload.
+
+The territory `gated` is a command agent that tells the test its match id, then waits for
+the test's go-ahead before deploying, so the page is certainly open (and the chip
+certainly not passed) before the milestone can pass. The screenshot goes to artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agents.records_service import APP, UNIT
+
+pytestmark = pytest.mark.hosts
+
+CHROMIUM = Path(os.environ.get("OPSARENA_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+WAIT_S = 120.0
+
+GATED = """\
+import os, pathlib, shlex, subprocess, sys, time
+
+work = pathlib.Path(sys.argv[1])
+(work / "match").write_text(os.environ["OPSARENA_MATCH"])
+deadline = time.monotonic() + 120
+while not (work / "go").exists():
+    if time.monotonic() > deadline:
+        sys.exit("no go-ahead from the test")
+    time.sleep(0.1)
+put = shlex.split(os.environ["OPSARENA_PUT"])
+run = shlex.split(os.environ["OPSARENA_EXEC"])
+subprocess.run([*put, str(work / "app.py"), "/opt/records/app.py"], check=True)
+unit = "/etc/systemd/system/builder-app.service"  # the unit the challenge restarts
+subprocess.run([*put, str(work / "records.service"), unit], check=True)
+subprocess.run([*run, "systemctl daemon-reload && systemctl enable --now builder-app"], check=True)
+print("deployed the records service, enabled", flush=True)
+time.sleep(120)  # stay in the match until the referee finds the service durable
+"""
+
+
+def _chromium() -> Path:
+    if CHROMIUM.is_file():
+        return CHROMIUM
+    reason = f"chromium not found at {CHROMIUM} (apt install chromium, or set OPSARENA_CHROMIUM)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _wait_for(condition: object, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not callable(condition) or not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "opsarena.cli.main", *args]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """`opsarena serve` on a free port, as a subprocess: (its URL, its database)."""
+    db = tmp_path / "live.db"
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        _cli("serve", "--port", "0", "--db", str(db)), stdout=log, stderr=subprocess.STDOUT
+    )
+    found: list[str] = []
+
+    def started() -> bool:
+        assert server.poll() is None, (tmp_path / "serve.log").read_text()
+        found[:] = re.findall(r"http://127\.0\.0\.1:\d+", (tmp_path / "serve.log").read_text())
+        return bool(found)
+
+    try:
+        _wait_for(started, "opsarena serve to listen", timeout=30)
+        yield found[0], db
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    executable = _chromium()
+    url, db = served
+    work = tmp_path / "gated"
+    work.mkdir()
+    (work / "gated.py").write_text(GATED)
+    (work / "app.py").write_text(APP)
+    (work / "records.service").write_text(UNIT)
+    gated = f"command:{sys.executable} {work / 'gated.py'} {work}"
+    match = subprocess.Popen(
+        _cli(
+            "run",
+            "--quiet",
+            "--db",
+            str(db),
+            "--time-limit",
+            "60",
+            "--builder",
+            f"gated={gated}",
+            "--builder",
+            "in-memory=scripted:in-memory",
+            "--builder",
+            "idle=scripted:idle",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: (work / "match").exists() or match.poll() is not None, "the match")
+        assert match.poll() is None, match.communicate()[0]
+        match_id = (work / "match").read_text()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(executable))
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/matches/{match_id}")
+            chip = page.locator('[data-territory="gated"] .chip[data-milestone="service-up"]')
+            # The referee has judged the empty host: the chip says failed (or evaluating).
+            expect(chip).to_have_attribute(
+                "data-state", re.compile("failed|evaluating"), timeout=WAIT_S * 1000
+            )
+            page.evaluate("window.notReloaded = true")
+            (work / "go").touch()
+            expect(chip).to_have_attribute("data-state", "passed", timeout=WAIT_S * 1000)
+            assert page.evaluate("window.notReloaded") is True
+            # The match goes on to its end on the same page: winner, final record.
+            expect(page.locator("#live")).to_have_text(
+                "match closed: final record", timeout=WAIT_S * 1000
+            )
+            expect(page.locator("#winner")).to_contain_text("gated")
+            expect(page.locator("#finish-reason")).to_contain_text("first durable deployment")
+            chips = page.locator('[data-territory="gated"] .chip')
+            assert chips.evaluate_all("cs => cs.map(c => c.dataset.state)") == ["passed"] * 4
+            reproduce = page.locator('.failure[data-territory="idle"] code.reproduce')
+            expect(reproduce).to_contain_text("curl")
+            expect(page.locator('[data-agent="gated"] .entry[data-kind="exec"]')).not_to_have_count(
+                0
+            )
+            expect(page.locator('li[data-type="fault_injected"]')).not_to_have_count(0)
+            assert page.evaluate("window.notReloaded") is True
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "match-page.png"), full_page=True)
+            browser.close()
+        output, _ = match.communicate(timeout=WAIT_S)
+        assert match.returncode == 0, output
+    finally:
+        if match.poll() is None:
+            match.terminate()
+            match.wait(60)
