@@ -6,6 +6,7 @@ OpenAI chat-completions wire protocol (tests/agents/openai_double.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -136,3 +137,40 @@ def test_the_seed_match_says_in_one_line_when_no_endpoint_is_configured(tmp_path
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "no LLM endpoint configured" in lines[0]
+
+
+async def test_the_seed_match_plays_against_any_reachable_endpoint(
+    openai_double: OpenAIDouble, tmp_path: Path
+) -> None:
+    """The shipped competitors file, three models, one endpoint: every agent's usage and
+    the provider's cost land in the record under the seed's agent names."""
+    openai_double.script = [
+        completion(
+            calls=[("done", {"summary": "nothing deployed"})],
+            prompt_tokens=700, completion_tokens=12, cost=0.0005, repeat=True,
+        )
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "OPSARENA_LLM_BASE_URL": openai_double.base_url,
+        "OPSARENA_LLM_API_KEY": API_KEY,
+    }
+    record_path = tmp_path / "record.json"
+    # The double serves from this test's event loop: run opsarena without blocking it.
+    process = await asyncio.create_subprocess_exec(
+        *OPSARENA, "run", "--quiet", "--db", str(tmp_path / "log.db"), "--record",
+        str(record_path), "--competitors", str(ROOT / "examples" / "seed-match.toml"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    _out, err = await asyncio.wait_for(process.communicate(), 300)
+    assert process.returncode == 0, err.decode()
+    record = json.loads(record_path.read_text())
+    assert set(record["agents"]) == {"deepseek-builder", "luna-builder", "glm-builder"}
+    assert record["agents"]["luna-builder"]["model"] == "openai/gpt-5.6-luna"
+    for agent in record["agents"].values():
+        assert (agent["input_tokens"], agent["output_tokens"]) == (700, 12)
+        assert agent["cost_microusd"] == 500
+        assert agent["terminal_state"] == "completed"
+    assert record["finish_reason"] == "all competitors finished" and record["winner"] is None
+    models = {request["model"] for request in openai_double.requests}
+    assert models == {"deepseek/deepseek-v4-flash-0731", "openai/gpt-5.6-luna", "z-ai/glm-5.2"}
