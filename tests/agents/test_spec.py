@@ -33,7 +33,8 @@ def test_specs_parse_by_kind() -> None:
     command = parse_agent_spec("command:./my-agent.sh --fast 'two words'")
     assert command.argv == ["./my-agent.sh", "--fast", "two words"]
     assert parse_agent_spec("scripted:reference").arg == "reference"
-    assert agent_kinds() == ["command", "human", "llm", "scripted"]
+    # Tests may register kinds of their own; the four built-in ones are always there.
+    assert {"command", "human", "llm", "scripted"} <= set(agent_kinds())
 
 
 @pytest.mark.parametrize(

@@ -293,6 +293,12 @@ async def test_disk_usage_counts_writes_and_a_frozen_disk_refuses_them(
         wrote = await host.exec("head -c 20000000 /dev/urandom > /var/lib/blob", timeout=60)
         assert wrote.exit_code == 0
         assert await host.disk_usage() >= before + 20_000_000
+        # A file held open for writing would make the kernel refuse a read-only remount.
+        holder = await host.exec(
+            "systemd-run --unit holder bash -c 'exec 3>>/var/lib/held; sleep infinity'",
+            timeout=10,
+        )
+        assert holder.exit_code == 0
         await host.freeze_disk()
         refused = await host.exec("echo more > /var/lib/more", timeout=10)
         assert refused.exit_code != 0 and b"Read-only file system" in refused.stderr

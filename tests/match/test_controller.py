@@ -163,7 +163,7 @@ def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(tmp_path: Path) -> Non
     record_path = tmp_path / "record.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db),
-         "--builder", "a=scripted:idle", "--builder", "b=scripted:wrong-health",
+         "--builder", "a=human", "--builder", "b=scripted:wrong-health",
          "--time-limit", "300", "--record", str(record_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -18,6 +18,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import time
 from typing import Any
 
@@ -123,6 +124,67 @@ class Podman:
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
+
+
+FREEZE_ROUNDS = 20
+"""`freeze_disk` tries this many times to catch the host without a file open for writing."""
+
+
+def _host_pids(init_pid: int) -> list[int]:
+    """Processes (as this machine numbers them) in the PID namespace of `init_pid`, but
+    not init itself."""
+    namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == init_pid:
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                found.append(int(entry))
+    return found
+
+
+def _signal_host_processes(init_pid: int, signum: int) -> list[int]:
+    """Send `signum` to every process of the host but its init; return whom it reached."""
+    reached = []
+    for pid in _host_pids(init_pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+            reached.append(pid)
+    return reached
+
+
+def _root_writers(init_pid: int) -> list[int]:
+    """Processes of the host holding a file on its root filesystem open for writing."""
+    root_mount = None
+    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if fields[4] == "/":
+                root_mount = fields[0]
+    writers = []
+    for pid in _host_pids(init_pid):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                info = _fdinfo(pid, fd)
+                flags = int(info.get("flags", "0"), 8)
+                if flags & os.O_ACCMODE != os.O_RDONLY and info.get("mnt_id") == root_mount:
+                    writers.append(pid)
+                    break
+    return writers
+
+
+def _fdinfo(pid: int, fd: str) -> dict[str, str]:
+    """The fields of /proc/PID/fdinfo/FD (empty when the fd closed meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            return {
+                key.strip(): value.strip()
+                for key, _, value in (line.partition(":") for line in info)
+                if value
+            }
+    except OSError:
+        return {}
 
 
 def _init_start_time(pid: int) -> int | None:
@@ -373,15 +435,29 @@ class PodmanHost(Host):
             raise HostUnavailableError("nsenter (util-linux) is needed to freeze a host's disk")
         pid = await self._init_pid()
         self._frozen = True
-        frozen = await run_process(
-            [nsenter, f"--target={pid}", "--mount", "--", "mount", "-o", "remount,ro", "/"],
-            timeout=30.0,
-            output_limit=4096,
-        )
-        if frozen.returncode != 0:
-            raise HostUnavailableError(
-                f"cannot make the disk of {self.name} read-only: {_last_line(frozen.stderr)}"
-            )
+        remount = [nsenter, f"--target={pid}", "--mount", "--", "mount", "-o", "remount,ro", "/"]
+        last = ""
+        for _round in range(FREEZE_ROUNDS):
+            # The kernel refuses a read-only remount while any file on it is open for
+            # writing: stop the host's processes (not init), kill those writers, remount.
+            stopped = await asyncio.to_thread(_signal_host_processes, pid, signal.SIGSTOP)
+            try:
+                writers = await asyncio.to_thread(_root_writers, pid)
+                for writer in writers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(writer, signal.SIGKILL)
+                if writers:
+                    await asyncio.sleep(0.05)
+                frozen = await run_process(remount, timeout=30.0, output_limit=4096)
+            finally:
+                for stopped_pid in stopped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(stopped_pid, signal.SIGCONT)
+            if frozen.returncode == 0:
+                return
+            last = _last_line(frozen.stderr)
+            await asyncio.sleep(0.05)
+        raise HostUnavailableError(f"cannot make the disk of {self.name} read-only: {last}")
 
     async def connect(
         self, port: int, *, timeout: float = 5.0
