@@ -111,3 +111,8 @@ class MatchError(OpsArenaError):
 
 class ServeError(OpsArenaError):
     """The scoreboard cannot serve: its address cannot be bound (port taken, unknown host)."""
+
+
+class HostDownError(HostUnavailableError):
+    """The host stopped by itself (its init was killed for lack of memory, or exited)
+    while the arena was not rebooting it: the competitor's doing, not the arena's."""

@@ -25,6 +25,7 @@ from typing import Any
 from opsarena.errors import (
     DriverMissingError,
     HostBootError,
+    HostDownError,
     HostError,
     HostFileError,
     HostNotFoundError,
@@ -209,6 +210,7 @@ class PodmanHost(Host):
         self._pid = 0
         self._boot_id: int | None = None
         self._frozen = False
+        self._rebooting = False
 
     @property
     def boots(self) -> int:
@@ -231,7 +233,17 @@ class PodmanHost(Host):
             return self._pid
         state = (await self._inspect())["State"]
         if not state.get("Running"):
-            raise HostUnavailableError(f"host {self.name} is not running ({state.get('Status')})")
+            if self._rebooting:
+                raise HostUnavailableError(f"host {self.name} is rebooting")
+            if state.get("OOMKilled"):
+                raise HostDownError(
+                    f"host {self.name} stopped by itself: its init was killed for lack of "
+                    "memory (it is over its memory limit; /tmp and /run count against it)"
+                )
+            raise HostDownError(
+                f"host {self.name} stopped by itself ({state.get('Status')}, exit code "
+                f"{state.get('ExitCode')}): its init exited, e.g. after poweroff or halt"
+            )
         self._pid = int(state["Pid"])
         self._boot_id = _init_start_time(self._pid)
         return self._pid
@@ -259,6 +271,8 @@ class PodmanHost(Host):
         )
         code = result.returncode
         if code in (125, 126, 255) and result.stderr.startswith(b"Error: "):
+            if not self._rebooting and b"running container" in result.stderr:
+                await self._init_pid()  # raises HostDownError when it stopped by itself
             raise HostUnavailableError(
                 f"cannot run commands in {self.name}: {_last_line(result.stderr)}"
             )
@@ -355,13 +369,17 @@ class PodmanHost(Host):
         with contextlib.suppress(HostError):
             await self._init_pid()
             old_boot = (self._pid, self._boot_id)
-        if hard:
-            await self.podman.check("kill", "--signal", "KILL", self.name, timeout=timeout)
-            await self.podman.check("start", self.name, timeout=timeout)
-        else:
-            # podman sends SIGRTMIN+3, systemd's "halt" request, and waits for it.
-            await self.podman.check("restart", "--time", "20", self.name, timeout=timeout)
-        await self._init_pid()
+        self._rebooting = True
+        try:
+            if hard:
+                await self.podman.check("kill", "--signal", "KILL", self.name, timeout=timeout)
+                await self.podman.check("start", self.name, timeout=timeout)
+            else:
+                # podman sends SIGRTMIN+3, systemd's "halt" request, and waits for it.
+                await self.podman.check("restart", "--time", "20", self.name, timeout=timeout)
+            await self._init_pid()
+        finally:
+            self._rebooting = False
         if (self._pid, self._boot_id) == old_boot:
             raise HostBootError(f"{self.name} did not reboot: its init has the same start time")
         self._boots += 1
@@ -468,6 +486,8 @@ class PodmanHost(Host):
         try:
             sock = socket_in_netns(pid)
         except ProcessLookupError as exc:
+            self._pid = 0  # init just went: ask podman whether it stopped by itself
+            await self._init_pid()
             raise HostUnavailableError(f"{self.name} is not running (init is gone)") from exc
         try:
             async with asyncio.timeout(timeout):

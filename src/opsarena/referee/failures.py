@@ -21,6 +21,7 @@ import h11
 from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
 from opsarena.errors import (
     HostBootError,
+    HostDownError,
     HostError,
     HostNotFoundError,
     HostUnavailableError,
@@ -72,6 +73,7 @@ REASONS: dict[str, Reason] = dict(
         _row("service_not_running", _C, "the unit exists but has no running process"),
         _row("restart_failed", _C, "the unit had no new main process after a restart"),
         _row("not_ready_after_fault", _C, "the health check did not pass within the budget"),
+        _row("host_down", _C, "the host stopped by itself (its init ran out of memory or exited)"),
         _row("host_unavailable", _R, "the arena could not reach the host (podman failed)"),
         _row("reboot_unconfirmed", _R, "a reboot could not be confirmed within its bound"),
         _row("probe_error", _R, "the arena could not open a probe socket"),
@@ -94,6 +96,7 @@ _ERROR_TABLE: tuple[tuple[type[BaseException], str], ...] = (
     (UnitMissingError, "unit_missing"),
     (ServiceNotRunningError, "service_not_running"),
     (ServiceRestartError, "restart_failed"),
+    (HostDownError, "host_down"),
     (HostUnavailableError, "host_unavailable"),
     (HostNotFoundError, "host_unavailable"),
     (HostBootError, "reboot_unconfirmed"),
