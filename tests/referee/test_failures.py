@@ -12,10 +12,10 @@ import pytest
 from opsarena.challenges import Verdict
 from opsarena.errors import (
     HostBootError,
+    HostDownError,
     HostError,
     HostFileError,
     HostNotFoundError,
-    HostDownError,
     HostUnavailableError,
     ServiceNotRunningError,
     ServiceRestartError,
