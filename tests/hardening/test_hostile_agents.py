@@ -153,11 +153,6 @@ async def test_output_cut_exactly_at_a_read_boundary_is_still_reported(
     assert text == "a" * 8192 + "\n[stdout cut after 8192 bytes]\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a process that leaves the group with setsid(2) outlives the agent; "
-    "only a cgroup per agent would catch it. See docs/RELIABILITY.md.",
-)
 async def test_a_child_that_starts_its_own_session_is_killed_too(
     shared_hosts: SharedHosts, tmp_path: Path
 ) -> None:

@@ -12,7 +12,9 @@ agent serves, which acts through `ctx.host` and records each action as a transcr
 Exit 0 → completed, successful; non-zero → failed, `failure_source` "player", exit code in
 `terminal_detail`. Stdout and stderr are reported as "output" chunks, at most
 `output_limit` bytes per stream. Cancellation, the deadline or the wall limit: SIGTERM to
-the whole group, SIGKILL after `grace_s`. No process of the group outlives `run`.
+the whole group, SIGKILL after `grace_s`. No process of the group outlives `run`, nor
+one that left the group: the program runs in a cgroup of its own (`agents.cage`) when the
+machine allows one, and whatever is left in it is killed when `run` ends.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
+from opsarena.agents.cage import ProcessCage
 from opsarena.agents.spec import AgentSettings
 from opsarena.errors import AgentConfigError, HostError, HostUnavailableError
 from opsarena.hosts import DEFAULT_FILE_LIMIT, DEFAULT_OUTPUT_LIMIT
@@ -123,9 +126,20 @@ class CommandAgent(Agent):
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _run_program(self, ctx: AgentContext, env: dict[str, str]) -> AgentOutcome:
+        cage = ProcessCage.create(f"agent-{ctx.territory}")
+        try:
+            return await self._run_caged(ctx, env, cage)
+        finally:
+            if cage is not None:  # whatever left the process group (setsid) ends here
+                await asyncio.to_thread(cage.remove)
+
+    async def _run_caged(
+        self, ctx: AgentContext, env: dict[str, str], cage: ProcessCage | None
+    ) -> AgentOutcome:
+        argv = cage.wrap(self.argv) if cage is not None else self.argv
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
