@@ -15,13 +15,16 @@ def test_live_frame_shows_every_territory_its_points_state_and_failure() -> None
     console.print(render(record))
     text = console.export_text()
     assert f"match {record.match_id}" in text and "winner:" in text
+    legend = next(line for line in text.splitlines() if line.startswith("milestones: "))
     for name, territory in record.territories.items():
         line = next(line for line in text.splitlines() if line.startswith(f"│ {name} "))
         assert str(territory.milestone_points) in line
         assert territory.state in line
-        for milestone in territory.milestones:
-            assert milestone in line
-        if territory.failure_reason:
+        for index, milestone in enumerate(territory.milestones, 1):
+            assert f" {index} " in line and f"{index} {milestone}" in legend
+        if territory.durable_at_ms is not None:
+            assert territory.failure_reason is None or territory.failure_reason not in line
+        elif territory.failure_reason:
             assert territory.failure_reason in line
 
 

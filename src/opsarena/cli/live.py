@@ -32,18 +32,26 @@ def render(record: MatchRecord) -> Group:
     )
     if record.finish_reason:
         head.append(f"  finish: {record.finish_reason}, winner: {record.winner or 'none'}")
-    table = Table("territory", "milestones", "points", "host", "agent", "latest failure")
+    first = next(iter(record.territories.values()), None)
+    names = list(first.milestones) if first is not None else []
+    legend = Text("milestones: " + "  ".join(f"{i} {m}" for i, m in enumerate(names, 1)))
+    legend.append("   (green passed, red failed, yellow evaluating)", style="dim")
+    table = Table("territory")
+    table.add_column("milestones", min_width=4 * len(names), no_wrap=True)
+    for column in ("points", "host", "agent"):
+        table.add_column(column)
+    table.add_column("current failure", overflow="fold")
     for name, territory in record.territories.items():
-        chips = Text()
-        for milestone_id, milestone in territory.milestones.items():
+        chips = Text(no_wrap=True)
+        for index, milestone in enumerate(territory.milestones.values(), 1):
             if milestone.passed:
-                chips.append(f" {milestone_id} ", style="black on green")
+                chips.append(f" {index} ", style="black on green")
             elif milestone.evaluating:
-                chips.append(f" {milestone_id} ", style="black on yellow")
+                chips.append(f" {index} ", style="black on yellow")
             elif milestone.failure_reason:
-                chips.append(f" {milestone_id} ", style="white on red")
+                chips.append(f" {index} ", style="white on red")
             else:
-                chips.append(f" {milestone_id} ", style="dim")
+                chips.append(f" {index} ", style="dim")
             chips.append(" ")
         agent = record.agents.get(territory.agent)
         agent_state = "-"
@@ -55,9 +63,9 @@ def render(record: MatchRecord) -> Group:
             str(territory.milestone_points),
             territory.state,
             agent_state,
-            Text(territory.failure_reason or "-"),
+            Text("-" if territory.durable_at_ms is not None else territory.failure_reason or "-"),
         )
-    return Group(head, table)
+    return Group(head, legend, table)
 
 
 def progress_line(event: StoredEvent) -> str | None:

@@ -106,7 +106,8 @@ def print_summary(record: MatchRecord) -> None:
             else:
                 mark = "✗" if milestone.attempts else "·"
             marks.append(f"{mid} {mark}{milestone.attempts or ''}")
-        failure = territory.failure_reason or "-"
+        # A durable territory has no current failure, whatever it met on the way.
+        failure = "-" if territory.durable_at_ms is not None else territory.failure_reason or "-"
         if territory.elimination_detail:
             failure = f"eliminated: {territory.elimination_detail}"
         rows.append(
@@ -120,7 +121,7 @@ def print_summary(record: MatchRecord) -> None:
                 failure,
             )
         )
-    header = ("territory", "agent", "host", "competitor", "points", "milestones", "latest failure")
+    header = ("territory", "agent", "host", "competitor", "points", "milestones", "current failure")
     lines += [columns(header, rows), ""]
     rows = []
     for name, agent in record.agents.items():
