@@ -43,6 +43,8 @@ def test_host_life_from_the_command_line() -> None:
         assert (code.returncode, code.stdout, code.stderr) == (7, b"in", b"oops\n")
         timed = opsarena("hosts", "exec", "--timeout", "0.5", name, "--", "sleep", "30")
         assert timed.returncode == 124 and b"killed after 0.5s" in timed.stderr
+        shell = opsarena("hosts", "shell", name, input=b"hostname; echo in-$0\n")
+        assert shell.returncode == 0 and shell.stdout.split() == [name.encode(), b"in-bash"]
         listed = opsarena("hosts", "ls")
         assert name in listed.stdout.decode()
         opsarena(
