@@ -41,6 +41,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def podman_names(match_id: str) -> list[str]:
+    """Names of every container podman has labelled with `match_id`, running or not."""
+    label = f"label=opsarena.match={match_id}"
+    out = subprocess.run(
+        ["podman", "ps", "--all", "--filter", label, "--format", "{{.Names}}"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
 def new_match_id(prefix: str = "t") -> str:
     """A match id no other test uses (hosts are named after it)."""
     return f"{prefix}{secrets.token_hex(4)}"

@@ -4,14 +4,11 @@ $OPSARENA_EXEC / $OPSARENA_PUT, one exits 3, one ignores SIGTERM and is killed w
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-import textwrap
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.agents.contexts import Events, live_members, recording_context, script
 from tests.agents.records_service import APP, UNIT, WAIT_HEALTHY, agents_host, assert_durable
 from tests.conftest import HostFactory
 
@@ -22,50 +19,13 @@ from opsarena.hosts import Host, HostDriver
 
 __all__ = ["agents_host"]  # fixture
 
-Events = list[tuple[str, dict[str, Any]]]
 
-
-def make_ctx(host: Host, deadline_s: float = 300.0) -> tuple[AgentContext, Events]:
-    events: Events = []
-
-    async def report(kind: str, data: dict[str, Any]) -> None:
-        events.append((kind, data))
-
-    ctx = AgentContext(
-        match_id="m2",
-        territory="builder-two",
-        brief="Deploy a durable records service on port 8080.",
-        host=host,
-        deadline=time.monotonic() + deadline_s,
-        report=report,
-    )
-    return ctx, events
-
-
-def script(path: Path, body: str) -> Path:
-    path.write_text(textwrap.dedent(body).lstrip())
-    path.chmod(0o755)
-    return path
+def make_ctx(host: Host) -> tuple[AgentContext, Events]:
+    return recording_context(host, match_id="m2", territory="builder-two")
 
 
 def output(events: Events, stream: str) -> str:
     return "".join(d["text"] for k, d in events if k == "output" and d["stream"] == stream)
-
-
-def live_members(pgid: int) -> list[int]:
-    """Processes of group `pgid` that are not zombies."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
 
 
 @pytest.mark.hosts

@@ -3,10 +3,10 @@ real hosts (the double stands in for the paid API; everything else is real)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
+from tests.agents.contexts import Events, recording_context
 from tests.agents.openai_double import API_KEY, OpenAIDouble, completion, error, openai_double
 from tests.agents.records_service import (
     APP,
@@ -44,24 +44,10 @@ from opsarena.hosts import Host
 __all__ = ["agents_host", "openai_double"]  # fixtures
 
 BRIEF = "Deploy a durable records service on port 8080 (unit records.service)."
-Events = list[tuple[str, dict[str, Any]]]
 
 
 def make_ctx(host: Host, deadline_s: float = 300.0) -> tuple[AgentContext, Events]:
-    events: Events = []
-
-    async def report(kind: str, data: dict[str, Any]) -> None:
-        events.append((kind, data))
-
-    ctx = AgentContext(
-        match_id="m1",
-        territory="builder-one",
-        brief=BRIEF,
-        host=host,
-        deadline=time.monotonic() + deadline_s,
-        report=report,
-    )
-    return ctx, events
+    return recording_context(host, brief=BRIEF, deadline_s=deadline_s)
 
 
 def make_agent(double: OpenAIDouble, **kwargs: Any) -> LlmAgent:

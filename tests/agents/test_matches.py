@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from tests.agents.openai_double import API_KEY, OpenAIDouble, completion, openai_double
 from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
-from tests.conftest import new_match_id
-from tests.match.test_controller import podman_names, wait_for_event
+from tests.conftest import new_match_id, podman_names
+from tests.match.test_controller import wait_for_event
 
 from opsarena.agents.competitors import competitor_from_cli
 from opsarena.challenges.catalog import find_challenge

@@ -8,63 +8,26 @@ import asyncio
 import contextlib
 import os
 import signal
-import textwrap
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from opsarena.agents import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.hosts import Host
+from tests.agents.contexts import Events, live_members, recording_context, script
 from tests.hardening.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
 
-Events = list[tuple[str, dict[str, Any]]]
 OUTPUT_LIMIT = 64 * 1024
 GIB = 1024**3
 
 
 def context(host: Host) -> tuple[AgentContext, Events]:
-    events: Events = []
-
-    async def report(kind: str, data: dict[str, Any]) -> None:
-        events.append((kind, data))
-
-    ctx = AgentContext(
-        match_id="hardening",
-        territory=host.territory,
-        brief="Deploy a durable records service on port 8080.",
-        host=host,
-        deadline=time.monotonic() + 300,
-        report=report,
-    )
-    return ctx, events
-
-
-def script(path: Path, body: str) -> Path:
-    path.write_text(textwrap.dedent(body).lstrip())
-    path.chmod(0o755)
-    return path
-
-
-def group_members(pgid: int) -> list[int]:
-    """Processes of group `pgid` that are not zombies."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+    return recording_context(host, match_id="hardening", territory=host.territory)
 
 
 async def test_an_agent_printing_gigabytes_is_capped(
@@ -124,17 +87,17 @@ async def test_an_agent_ignoring_sigterm_is_killed_with_its_group_at_the_wall_li
         assert time.monotonic() - started < 10
         await asyncio.sleep(0.05)
     pgid = int(pidfile.read_text())
-    assert len(group_members(pgid)) >= 5
+    assert len(live_members(pgid)) >= 5
     outcome = await running
     assert (outcome.terminal_state, outcome.terminal_detail) == (
         "terminated",
         "wall time limit (2s) reached",
     )
     for _ in range(100):  # SIGKILL was sent; the kernel finishes them off
-        if not group_members(pgid):
+        if not live_members(pgid):
             break
         await asyncio.sleep(0.05)
-    assert group_members(pgid) == []
+    assert live_members(pgid) == []
 
 
 async def test_output_cut_exactly_at_a_read_boundary_is_still_reported(

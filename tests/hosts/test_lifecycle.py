@@ -14,20 +14,11 @@ import pytest
 
 from opsarena.errors import HostBootError, HostError, HostNotFoundError, ImageMissingError
 from opsarena.hosts import HostDriver, HostSpec
-from tests.conftest import TEST_IMAGE, new_match_id
+from tests.conftest import TEST_IMAGE, new_match_id, podman_names
 
 pytestmark = pytest.mark.hosts
 
 pytest_plugins = ["pytester"]
-
-
-def podman_names(match_id: str) -> list[str]:
-    label = f"label=opsarena.match={match_id}"
-    out = subprocess.run(
-        ["podman", "ps", "--all", "--filter", label, "--format", "{{.Names}}"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return out.stdout.split()
 
 
 @pytest.fixture

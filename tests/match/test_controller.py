@@ -22,19 +22,10 @@ from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore
-from tests.conftest import new_match_id
+from tests.conftest import new_match_id, podman_names
 from tests.match.test_seed_compat import incompatibilities
 
 pytestmark = pytest.mark.hosts
-
-
-def podman_names(match_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "--all", "--filter", f"label=opsarena.match={match_id}", "--format",
-         "{{.Names}}"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return out.stdout.split()
 
 
 def plan_of(builders: dict[str, str], **extra: object) -> MatchPlan:

@@ -14,7 +14,8 @@ import pytest
 
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore
-from tests.match.test_controller import podman_names, wait_for_event
+from tests.conftest import podman_names
+from tests.match.test_controller import wait_for_event
 
 pytestmark = pytest.mark.hosts
 
