@@ -10,8 +10,7 @@ import pytest
 
 from opsarena.errors import StoreError
 from opsarena.match.fold import fold_events
-from opsarena.store import open_store
-from opsarena.web.readonly import ReadOnlyEventStore
+from opsarena.store import SqliteEventStore, open_store
 from tests.web.conftest import Played, opsarena
 from tests.web.sse import messages
 
@@ -183,7 +182,7 @@ def test_the_server_never_writes_the_log(played: Played, scoreboard: str) -> Non
     for path in ("/api/matches", f"/api/matches/{played.match_id}", "/api/matches/x"):
         get(f"{scoreboard}{path}")
     assert hashlib.sha256(played.db.read_bytes()).hexdigest() == before
-    store = ReadOnlyEventStore(played.db)
+    store = SqliteEventStore(played.db, read_only=True)
     try:
         with pytest.raises(StoreError, match="cannot append"):
             store.append_blocking("m", "match_closed", {}, 0)

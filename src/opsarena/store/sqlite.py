@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import platformdirs
 
@@ -83,10 +84,41 @@ class SqliteEventStore(EventStore):
     cannot be created. The parent directory is created when missing.
     """
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, read_only: bool = False) -> None:
+        """With `read_only`, the file must exist and is opened with SQLite's `mode=ro`:
+        every write is refused by SQLite itself (`append` raises `StoreError`), while
+        commits of writers in other processes stay visible."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.read_only = read_only
         self._lock = threading.Lock()
-        self._conn = self._open()
+        self._conn = self._open_read_only() if read_only else self._open()
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise StoreError(
+                f"no event log at {self.path}: run a match first (opsarena demo) or pass --db"
+            )
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the event log {self.path}: {exc}") from None
+        try:
+            if "opsarena_schema" not in self._tables(conn):
+                raise self._not_ours()
+            self._check_version(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(
+                f"{self.path} is not an opsarena event log ({exc}): choose another --db path"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -134,19 +166,23 @@ class SqliteEventStore(EventStore):
             elif "opsarena_schema" not in tables:
                 raise self._not_ours()
             else:
-                row = conn.execute("SELECT MAX(version) FROM opsarena_schema").fetchone()
-                version = row[0] if row else None
-                if not isinstance(version, int):
-                    raise self._not_ours()
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"the event log {self.path} has schema version {version}, newer than "
-                        f"this opsarena understands ({SCHEMA_VERSION}): upgrade opsarena"
-                    )
+                self._check_version(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        """Raise `StoreError` unless the log's schema version is one this code reads."""
+        row = conn.execute("SELECT MAX(version) FROM opsarena_schema").fetchone()
+        version = row[0] if row else None
+        if not isinstance(version, int):
+            raise self._not_ours()
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the event log {self.path} has schema version {version}, newer than "
+                f"this opsarena understands ({SCHEMA_VERSION}): upgrade opsarena"
+            )
 
     def _not_ours(self) -> StoreError:
         return StoreError(
