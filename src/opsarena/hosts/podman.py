@@ -83,6 +83,8 @@ class Podman:
             )
         self.binary = found
         self.run_flags = self._detect_run_flags()
+        self.nsenter = shutil.which("nsenter")
+        """util-linux's nsenter, for the arena's own queries inside a host (or None)."""
 
     @staticmethod
     def _detect_run_flags() -> list[str]:
@@ -396,7 +398,7 @@ class PodmanHost(Host):
         commands always go through `exec`.
         """
         argv = ["systemctl", "is-system-running"]
-        nsenter = shutil.which("nsenter")
+        nsenter = self.podman.nsenter
         if nsenter is None:
             result = await self.exec(argv, timeout=timeout)
             return result.stdout.decode().strip() or _last_line(result.stderr)
@@ -448,7 +450,7 @@ class PodmanHost(Host):
         return int(counted.stdout.split()[0])
 
     async def freeze_disk(self) -> None:
-        nsenter = shutil.which("nsenter")
+        nsenter = self.podman.nsenter
         if nsenter is None:
             raise HostUnavailableError("nsenter (util-linux) is needed to freeze a host's disk")
         pid = await self._init_pid()
