@@ -22,7 +22,6 @@ import typer
 from opsarena.agents.competitors import Competitor, competitor_from_cli, load_competitors
 from opsarena.agents.human import human_instructions
 from opsarena.challenges.catalog import find_challenge
-from opsarena.challenges.model import Challenge
 from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, load_record, open_db, print_summary
@@ -187,7 +186,6 @@ def run(
     """Run a match: provision hosts, start every agent at once, judge, finish, drain."""
     if finish not in ("first-durable", "all"):
         raise UsageError(f"--finish {finish!r} must be first-durable or all")
-    the_challenge: Challenge | None = None
     entries: list[Competitor] = []
     if competitors is not None:
         loaded = load_competitors(competitors)

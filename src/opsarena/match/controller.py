@@ -52,7 +52,7 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
-from opsarena.store import EventStore, StoredEvent, utc_now_iso
+from opsarena.store import EventStore
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,6 @@ POLL_S = 0.1
 DISK_CHECK_S = 1.0
 """How often each host's disk use is measured against the quota."""
 """How often the controller looks at the standings while the match runs."""
-
-EventObserver = Callable[[StoredEvent], None]
 
 
 def new_match_id() -> str:
@@ -107,24 +105,21 @@ class _Territory:
 
 
 class Controller:
-    """Runs the match of `plan`, logging to `store`; `observer` sees every event logged
-    by this process right after it is durable (the live view uses it)."""
+    """Runs the match of `plan`, logging to `store`. Views follow the match by reading
+    the log (`store.follow`), so they see other processes' events too."""
 
-    def __init__(
-        self, plan: MatchPlan, store: EventStore, *, observer: EventObserver | None = None
-    ) -> None:
+    def __init__(self, plan: MatchPlan, store: EventStore) -> None:
         if not plan.competitors:
             raise MatchError("a match needs at least one competitor")
         names = [c.territory for c in plan.competitors]
         if len(set(names)) != len(names):
             duplicate = next(n for n in names if names.count(n) > 1)
             raise MatchError(f"territory {duplicate!r} is given twice")
-        self._setup(plan, store, observer)
+        self._setup(plan, store)
 
-    def _setup(self, plan: MatchPlan, store: EventStore, observer: EventObserver | None) -> None:
+    def _setup(self, plan: MatchPlan, store: EventStore) -> None:
         self.plan = plan
         self.store = store
-        self.observer = observer
         self.match_id = plan.match_id
         self.driver: HostDriver = get_driver(plan.driver)
         self._lock = asyncio.Lock()
@@ -150,14 +145,11 @@ class Controller:
         return self._clock_offset_ms + int((time.monotonic() - self._started_at) * 1000)
 
     async def _append(self, event_type: str, data: dict[str, Any]) -> None:
-        async with self._lock:
-            t_ms, wall = self.clock(), utc_now_iso()
-            seq = await self.store.append(self.match_id, event_type, data, t_ms, wall=wall)
-        if self.observer is not None:
-            self.observer(StoredEvent(self.match_id, seq, event_type, t_ms, wall, data))
+        async with self._lock:  # one at a time, so t_ms never goes back as seq goes up
+            await self.store.append(self.match_id, event_type, data, self.clock())
 
     async def emit(self, event: EventData) -> None:
-        """Append one typed event to the log (durably) and show it to the observer."""
+        """Append one typed event to the log (durably)."""
         await self._append(event.event_type, event.model_dump(mode="json"))
 
     async def _referee_emit(self, event_type: str, data: dict[str, Any]) -> None:
@@ -516,7 +508,6 @@ class Controller:
         challenge: Challenge,
         *,
         driver: str = "podman",
-        observer: EventObserver | None = None,
     ) -> MatchRecord:
         """Continue `record`'s unfinished match from its log (a controller died).
 
@@ -541,7 +532,7 @@ class Controller:
             match_id=record.match_id,
         )
         self = cls.__new__(cls)
-        self._setup(plan, store, observer)
+        self._setup(plan, store)
         for name, territory in record.territories.items():
             agent = record.agents[territory.agent]
             spec = AgentSpec(agent.kind, "", agent.kind)
