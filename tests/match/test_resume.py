@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from opsarena.match.fold import fold_events
+from opsarena.match.record import MatchRecord
 from opsarena.store import SqliteEventStore
 from tests.conftest import podman_names
 from tests.match.test_controller import wait_for_event
@@ -48,6 +49,11 @@ def events_of(db: Path, match_id: str) -> list[tuple[int, str]]:
         ).fetchall()
 
 
+def record_of(db: Path, match_id: str) -> MatchRecord:
+    with SqliteEventStore(db) as store:
+        return fold_events(store.read_blocking(match_id))
+
+
 def resume(db: Path, match_id: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*OPSARENA, "resume", match_id, "--quiet", "--db", str(db)],
@@ -68,10 +74,7 @@ def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
         assert after[: len(before)] == before  # nothing committed was lost or rewritten
         assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
         assert ("match_resumed" in {t for _, t in after}) and after[-1][1] == "match_closed"
-        with SqliteEventStore(db) as store:
-            import asyncio
-
-            record = fold_events(asyncio.run(store.read(match_id)))
+        record = record_of(db, match_id)
         assert record.match_state == "finished" and record.winner == "ref"
         assert record.territories["ref"].milestone_points == 100
         for agent in record.agents.values():
@@ -148,14 +151,43 @@ def test_resume_after_a_kill_during_a_host_reboot(tmp_path: Path) -> None:
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
 
 
+def truncate_log(db: Path, match_id: str, last_seq: int) -> None:
+    """Make the log what a controller killed right after event `last_seq` leaves."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM events WHERE match_id = ? AND seq > ?", (match_id, last_seq))
+        seq, kind, t_ms = conn.execute(
+            "SELECT seq, type, t_ms FROM events WHERE match_id = ? ORDER BY seq DESC LIMIT 1",
+            (match_id,),
+        ).fetchone()
+        conn.execute(
+            "UPDATE matches SET last_seq = ?, last_type = ?, last_t_ms = ? WHERE match_id = ?",
+            (seq, kind, t_ms, match_id),
+        )
+
+
+@pytest.mark.parametrize("provisioning", [1, 3], ids=["one-started", "all-started"])
 def test_resume_after_a_kill_during_provisioning_aborts_and_removes_everything(
-    tmp_path: Path,
+    tmp_path: Path, provisioning: int
 ) -> None:
+    """Killed after `provisioning` of three host_provisioning events: territories still
+    `pending` close as not-provisioned, those provisioning as failed, and every host the
+    killed controller made is removed."""
     db = tmp_path / "log.db"
     process = start_match(db, "a=scripted:idle", "b=scripted:idle", "c=scripted:idle")
-    match_id = kill_after(process, db, "host_provisioning")
-    resumed = resume(db, match_id)
-    assert resumed.returncode == 0, resumed.stderr
-    after = events_of(db, match_id)
-    assert after[-1][1] == "match_closed"
-    assert podman_names(match_id) == [], "hosts half-made by the killed controller are removed"
+    match_id = kill_after(process, db, "preflight")
+    try:
+        starts = [seq for seq, kind in events_of(db, match_id) if kind == "host_provisioning"]
+        truncate_log(db, match_id, starts[provisioning - 1])
+        assert podman_names(match_id), "the killed controller's hosts should still be there"
+        resumed = resume(db, match_id)
+        assert resumed.returncode == 0, resumed.stderr
+        after = events_of(db, match_id)
+        assert after[-1][1] == "match_closed"
+        record = record_of(db, match_id)
+        states = sorted(t.state for t in record.territories.values())
+        expected = ["failed"] * provisioning + ["not-provisioned"] * (3 - provisioning)
+        assert states == sorted(expected)
+        assert record.finish_reason == "aborted"
+        assert podman_names(match_id) == [], "hosts half-made by the killed controller are removed"
+    finally:
+        subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)

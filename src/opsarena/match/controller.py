@@ -557,6 +557,8 @@ class Controller:
         lost = []
         for name, territory in self._territories.items():
             info = hosts.get(name)
+            if record.territories[name].state == "pending":
+                continue  # never provisioned: closing makes it "not-provisioned"
             if info is None or record.territories[name].state in ("provisioning", "failed"):
                 lost.append(name)
                 continue
