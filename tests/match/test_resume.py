@@ -23,10 +23,11 @@ pytestmark = pytest.mark.hosts
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 
 
-def start_match(db: Path, *builders: str) -> subprocess.Popen[bytes]:
+def start_match(db: Path, *builders: str, drain_s: int = 10) -> subprocess.Popen[bytes]:
     args = [arg for b in builders for arg in ("--builder", b)]
     return subprocess.Popen(
-        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120", *args],
+        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
+         "--drain", str(drain_s), *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -191,3 +192,35 @@ def test_resume_after_a_kill_during_provisioning_aborts_and_removes_everything(
         assert podman_names(match_id) == [], "hosts half-made by the killed controller are removed"
     finally:
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
+
+
+def test_resume_after_a_kill_while_draining_closes_the_match(tmp_path: Path) -> None:
+    """Killed after match_finished (winner decided, an agent ignoring SIGTERM keeps the
+    drain going, hosts still up): resume keeps the winner, ends the agents, removes the
+    hosts and closes."""
+    db = tmp_path / "log.db"
+    stubborn = tmp_path / "stubborn.sh"
+    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nsleep 300\n")
+    stubborn.chmod(0o755)
+    process = start_match(db, "ref=scripted:reference", f"slow=command:{stubborn}", drain_s=60)
+    match_id = kill_after(process, db, "match_finished")
+    try:
+        assert podman_names(match_id), "the drain should still hold the hosts"
+        assert processes_running(str(stubborn)), "the agent should outlive its controller"
+        resumed = resume(db, match_id)
+        assert resumed.returncode == 0, resumed.stderr
+        record = record_of(db, match_id)
+        assert record.match_state == "finished" and record.winner == "ref"
+        assert record.finish_reason == "first durable deployment"
+        assert {t.state for t in record.territories.values()} == {"removed"}
+        assert all(not agent.running for agent in record.agents.values())
+        assert podman_names(match_id) == [], "resume must remove the hosts when it closes"
+        assert processes_running(str(stubborn)) == [], "the dead controller's agent survived"
+    finally:
+        subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", str(stubborn)], check=False)
+
+
+def processes_running(pattern: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return found.stdout.split()

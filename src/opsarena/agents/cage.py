@@ -27,19 +27,32 @@ class ProcessCage:
         self.path = path
 
     @classmethod
-    def create(cls, label: str) -> ProcessCage | None:
-        """A new, empty cage, or None when no cgroup hierarchy here lets us make one
-        (not root, or a read-only /sys/fs/cgroup): callers then rely on process groups."""
+    def create(cls, match_id: str, territory: str) -> ProcessCage | None:
+        """A new, empty cage for `territory`'s agent in `match_id`, or None when no cgroup
+        hierarchy here lets us make one (not root, or a read-only /sys/fs/cgroup): callers
+        then rely on process groups."""
         for root in ROOTS:
             if not (root / "cgroup.procs").exists():
                 continue
-            path = root / "opsarena" / f"{label}-{secrets.token_hex(3)}"
+            path = root / "opsarena" / f"{match_id}.{territory}.{secrets.token_hex(3)}"
             try:
                 path.mkdir(parents=True)
             except OSError:
                 continue
             return cls(path)
         return None
+
+    @classmethod
+    def of_match(cls, match_id: str) -> list[ProcessCage]:
+        """Every cage left for `match_id`'s agents: those of a controller that died
+        (SIGKILL, a crash) without removing them. Empty when there are none."""
+        return [
+            cls(path)
+            for root in ROOTS
+            if (root / "opsarena").is_dir()
+            for path in sorted((root / "opsarena").glob(f"{match_id}.*"))
+            if path.is_dir()
+        ]
 
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv` started inside the cage: a shell moves itself in, then execs `argv`,

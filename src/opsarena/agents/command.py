@@ -126,7 +126,7 @@ class CommandAgent(Agent):
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _run_program(self, ctx: AgentContext, env: dict[str, str]) -> AgentOutcome:
-        cage = ProcessCage.create(f"agent-{ctx.territory}")
+        cage = ProcessCage.create(ctx.match_id, ctx.territory)
         try:
             return await self._run_caged(ctx, env, cage)
         finally:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from opsarena.agents import Agent, AgentContext, AgentOutcome
+from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
 from opsarena.challenges.model import Challenge
@@ -548,12 +549,22 @@ class Controller:
         self._clock_offset_ms = record.elapsed_ms
         self._started_at = time.monotonic() if record.started_at is not None else None
         why = "the controller was killed; the agent could not be resumed"
+        hosts = {info.territory: info for info in await self.driver.list(match_id=self.match_id)}
         if record.match_state in ("finishing", "draining") or record.finish_reason:
+            # The winner is decided: end the agents, then remove (or keep) what is left.
             self._finished = True
             await self._end_agents(record, "terminated", why, "controller")
+            for name, territory in self._territories.items():
+                if record.territories[name].state not in ("ready", "rebooting"):
+                    continue
+                info = hosts.get(name)
+                if info is None:
+                    await self.emit(HostState(territory=name, state="lost"))
+                else:
+                    territory.host = await self.driver.get(info.name)
             await self._close(record.finish_reason or "aborted", record.winner)
+            await self.driver.cleanup(match_id=self.match_id)
             return
-        hosts = {info.territory: info for info in await self.driver.list(match_id=self.match_id)}
         lost = []
         for name, territory in self._territories.items():
             info = hosts.get(name)
@@ -623,6 +634,10 @@ class Controller:
         return None
 
     async def _end_agents(self, record: MatchRecord, state: str, detail: str, source: str) -> None:
+        """Log the end of every agent still running in `record`, after killing whatever
+        the dead controller's agent programs left running (their cgroups outlive it)."""
+        for cage in await asyncio.to_thread(ProcessCage.of_match, self.match_id):
+            await asyncio.to_thread(cage.remove)
         for agent_name, agent in record.agents.items():
             if agent.running:
                 await self.emit(
