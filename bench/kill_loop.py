@@ -1,10 +1,12 @@
 """Crash loop: SIGKILL the controller at a random moment, resume, check the log.
 
 Run: `python bench/kill_loop.py [--rounds 10] [--json bench/results/kill_loop.json]`.
-Each round starts `opsarena run` (two scripted builders), kills it with SIGKILL at a
-random moment between its first event and 9 s in, then runs `opsarena resume`.
-Counted: events committed before the kill and missing after (must be 0), sequence
-gaps and duplicates (0), records that do not fold (0), containers left (0).
+Each round starts `opsarena run` with two scripted builders and a command agent that
+ignores SIGTERM (so the 4 s drain is always there to be killed in), kills it with
+SIGKILL at a random moment between its first event and 13 s in, then runs
+`opsarena resume`. Counted: events committed before the kill and missing after (must
+be 0), sequence gaps and duplicates (0), records that do not fold (0), containers
+left (0), agent processes left (0).
 """
 
 from __future__ import annotations
@@ -60,15 +62,24 @@ def containers(match_id: str) -> list[str]:
     return out.stdout.split()
 
 
+def agent_processes(program: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", str(program)], capture_output=True, text=True)
+    return found.stdout.split()
+
+
 def one_round(workdir: Path, rng: random.Random, index: int) -> dict[str, Any]:
     db = workdir / f"round{index}.db"
+    stubborn = workdir / f"stubborn{index}.sh"
+    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nsleep 600\n")
+    stubborn.chmod(0o755)
     process = subprocess.Popen(
-        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
-         "--builder", "a=scripted:reference", "--builder", "b=scripted:volatile"],
+        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120", "--drain", "4",
+         "--builder", "a=scripted:reference", "--builder", "b=scripted:volatile",
+         "--builder", f"c=command:{stubborn}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     match_id = first_match(db)
-    delay = rng.uniform(0.2, 9.0)  # a demo-sized match closes after ~8-12 s
+    delay = rng.uniform(0.2, 13.0)  # a demo-sized match finishes after ~8-9 s, then drains 4 s
     time.sleep(delay)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
@@ -80,15 +91,15 @@ def one_round(workdir: Path, rng: random.Random, index: int) -> dict[str, Any]:
     after = rows(db, match_id)
     seqs = [seq for seq, _, _ in after]
     with SqliteEventStore(db) as store:
-        import asyncio
-
         try:
-            record = fold_events(asyncio.run(store.read(match_id)))
+            record = fold_events(store.read_blocking(match_id))
             folded, state, reason = True, record.match_state, record.finish_reason
         except OpsArenaError as exc:
             folded, state, reason = False, "unfoldable", str(exc)
     left = containers(match_id)
+    orphans = agent_processes(stubborn)
     subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], capture_output=True)
+    subprocess.run(["pkill", "-KILL", "-f", str(stubborn)], capture_output=True)
     return {
         "round": index,
         "killed_after_s": round(delay, 2),
@@ -103,6 +114,7 @@ def one_round(workdir: Path, rng: random.Random, index: int) -> dict[str, Any]:
         "match_state": state,
         "finish_reason": reason,
         "containers_left_after_resume": len(left),
+        "agent_processes_left_after_resume": len(orphans),
     }
 
 
@@ -123,6 +135,7 @@ def main() -> None:
         "unfoldable": sum(1 for r in results if not r["folds"]),
         "not_finished": sum(1 for r in results if r["match_state"] != "finished"),
         "containers_leaked": sum(r["containers_left_after_resume"] for r in results),
+        "agent_processes_leaked": sum(r["agent_processes_left_after_resume"] for r in results),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     for result in results:

@@ -131,10 +131,8 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}/matches/{match_id}")
             chip = page.locator('[data-territory="gated"] .chip[data-milestone="service-up"]')
-            # The referee has judged the empty host: the chip says failed (or evaluating).
-            expect(chip).to_have_attribute(
-                "data-state", re.compile("failed|evaluating"), timeout=WAIT_S * 1000
-            )
+            # The referee has judged the empty host: the chip says failed.
+            expect(chip).to_have_attribute("data-state", "failed", timeout=WAIT_S * 1000)
             page.evaluate("window.notReloaded = true")
             (work / "go").touch()
             expect(chip).to_have_attribute("data-state", "passed", timeout=WAIT_S * 1000)
@@ -149,6 +147,13 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
             assert chips.evaluate_all("cs => cs.map(c => c.dataset.state)") == ["passed"] * 4
             reproduce = page.locator('.failure[data-territory="idle"] code.reproduce')
             expect(reproduce).to_contain_text("curl")
+            idle_failure = page.locator('.failure[data-territory="idle"]')
+            expect(idle_failure).to_have_attribute("data-resolved", "false")
+            expect(idle_failure.locator(".reason")).to_contain_text("current failure: ")
+            # gated failed service-up before its go-ahead; that failure is history now.
+            gated_failure = page.locator('.failure[data-territory="gated"]')
+            expect(gated_failure).to_have_attribute("data-resolved", "true")
+            expect(gated_failure.locator(".reason")).to_contain_text("since passed")
             expect(page.locator('[data-agent="gated"] .entry[data-kind="exec"]')).not_to_have_count(
                 0
             )

@@ -36,6 +36,9 @@ function agentState(agent) {
 
 function failureBlock(name, territory) {
   const seen = state.failures[name];
+  // Resolved: the milestone that failed has passed since (or, from the record alone,
+  // the territory is durable), so the failure is history, not what is wrong now.
+  const resolved = seen ? seen.resolved : territory.durable_at_ms != null;
   let reason, where, detail;
   if (seen) {
     reason = seen.data.failure_reason || seen.data.failure_category || seen.data.verdict;
@@ -48,9 +51,12 @@ function failureBlock(name, territory) {
     where = failing ? failing[0] : "";
     detail = failing ? failing[1].failure_detail : null;
   }
-  const block = el("div", { class: "failure", "data-territory": name },
-    el("div", {}, el("span", { class: "reason" }, "latest failure: " + reason), " ",
-      el("span", { class: "dim" }, where)));
+  const label = resolved ? "last failure, since passed: " : "current failure: ";
+  const block = el("div", {
+    class: resolved ? "failure resolved" : "failure", "data-territory": name,
+    "data-resolved": String(resolved),
+  }, el("div", {}, el("span", { class: "reason" }, label + reason), " ",
+    el("span", { class: "dim" }, where)));
   if (detail) {
     const cut = detail.indexOf(REPRODUCE);
     const said = cut >= 0 ? detail.slice(0, cut) : detail;
@@ -224,8 +230,13 @@ function onEvent(event) {
   if (event.type === "match_created") {
     for (const spec of Object.values(event.data.territories)) transcriptOf(spec.agent);
   }
-  if (event.type === "attempt_result" && event.data.verdict !== "passed") {
-    state.failures[event.data.territory] = event;
+  if (event.type === "attempt_result") {
+    const failed = state.failures[event.data.territory];
+    if (event.data.verdict !== "passed") {
+      state.failures[event.data.territory] = { ...event, resolved: false };
+    } else if (failed && failed.data.milestone === event.data.milestone) {
+      failed.resolved = true; // the milestone it failed has passed since
+    }
   }
   addToTimeline(event);
   addToTranscript(event);
