@@ -15,6 +15,7 @@ import pytest
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.store import SqliteEventStore
+from tests.agents.contexts import script
 from tests.conftest import podman_names
 from tests.match.test_controller import wait_for_event
 
@@ -206,9 +207,7 @@ def test_resume_after_a_kill_while_draining_closes_the_match(tmp_path: Path) -> 
     drain going, hosts still up): resume keeps the winner, ends the agents, removes the
     hosts and closes."""
     db = tmp_path / "log.db"
-    stubborn = tmp_path / "stubborn.sh"
-    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nsleep 300\n")
-    stubborn.chmod(0o755)
+    stubborn = script(tmp_path / "stubborn.sh", "#!/bin/sh\ntrap '' TERM\nsleep 300\n")
     process = start_match(db, "ref=scripted:reference", f"slow=command:{stubborn}", drain_s=60)
     match_id = kill_after(process, db, "match_finished")
     try:

@@ -26,7 +26,7 @@ from opsarena.agents.competitors import Competitor
 from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, MatchError, OpsArenaError
-from opsarena.hosts import Host, HostDriver, HostSpec, get_driver
+from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -551,19 +551,7 @@ class Controller:
         why = "the controller was killed; the agent could not be resumed"
         hosts = {info.territory: info for info in await self.driver.list(match_id=self.match_id)}
         if record.match_state in ("finishing", "draining") or record.finish_reason:
-            # The winner is decided: end the agents, then remove (or keep) what is left.
-            self._finished = True
-            await self._end_agents(record, "terminated", why, "controller")
-            for name, territory in self._territories.items():
-                if record.territories[name].state not in ("ready", "rebooting"):
-                    continue
-                info = hosts.get(name)
-                if info is None:
-                    await self.emit(HostState(territory=name, state="lost"))
-                else:
-                    territory.host = await self.driver.get(info.name)
-            await self._close(record.finish_reason or "aborted", record.winner)
-            await self.driver.cleanup(match_id=self.match_id)
+            await self._finish_draining(record, hosts, why)
             return
         lost = []
         for name, territory in self._territories.items():
@@ -623,6 +611,25 @@ class Controller:
             territory.ended = True
             self._settlers.append(asyncio.create_task(self._settle(name, territory)))
         await self._judge()
+
+    async def _finish_draining(
+        self, record: MatchRecord, hosts: dict[str, HostInfo], why: str
+    ) -> None:
+        """The winner was decided before the controller died: end the agents, remove
+        every host the log still shows up, and close with the logged verdict."""
+        self._finished = True
+        await self._end_agents(record, "terminated", why, "controller")
+        for name, territory in self._territories.items():
+            if record.territories[name].state not in ("ready", "rebooting"):
+                continue
+            info = hosts.get(name)
+            if info is None:  # gone without a logged removal
+                await self.emit(HostState(territory=name, state="lost"))
+            else:
+                territory.host = await self.driver.get(info.name)
+        await self._close(record.finish_reason or "aborted", record.winner)
+        # A container the log had already let go of (lost, say) is removed too.
+        await self.driver.cleanup(match_id=self.match_id)
 
     async def _ready_again(self, name: str, host: Host | None) -> str | None:
         """None when `host` is ready within 60 s; else `name` (it is lost)."""
