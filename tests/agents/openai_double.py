@@ -1,9 +1,27 @@
-"""A stand-in for a remote, paid OpenAI-compatible API: a real HTTP server on 127.0.0.1.
+"""A stand-in for a remote, paid LLM API: a real HTTP server on 127.0.0.1, strict like the
+real back ends.
 
-It speaks the chat-completions wire protocol (POST /v1/chat/completions, GET /v1/models,
-bearer keys, OpenAI's error bodies, Retry-After) and answers from a script: each request
-takes the next `Reply`; a reply with `repeat` answers every later request too. Every
-request body is kept in `requests`, so tests see exactly what the agent sent.
+Two flavours. `openrouter` (the default) serves OpenRouter's API under /api/v1:
+POST /chat/completions, a public GET /models, GET /key (401 for a bad key, the key's
+limit otherwise) and GET /generation?id=. `openai` serves /v1 the way api.openai.com
+does: GET /models needs the key, there is no /key, and OpenRouter-only request fields
+are refused.
+
+Requests are *validated* as real back ends do, and a bad one gets the 400 they send:
+an assistant turn with neither content nor tool calls; tool calls without ids or without
+a tool result for each; a tool result for no call; a reasoning model's tool-call turn
+sent back without its reasoning (`reasoning_model="deepseek"`: DeepSeek's thinking mode;
+`"signed"`: the `reasoning_details` Claude and Gemini need back); a conversation past
+the model's window (the double's tokenizer: 4 characters of JSON a token); both
+`max_tokens` and `max_completion_tokens`; an unknown field in `provider` or `reasoning`.
+A rejected request does not use up a scripted reply.
+
+Valid requests take the next scripted `Reply` (one with `repeat` answers every later
+request too). The helpers make every real answer: completions with reasoning fields,
+`finish_reason` and `native_finish_reason`, `provider`, usage with `cost`,
+`cost_details`, `is_byok` and token details; error bodies with `metadata`; errors inside
+a 200; no choices; an HTML page; Retry-After headers. Every request body is kept in
+`requests` (valid ones) and `rejected` (with the 400 message).
 """
 
 from __future__ import annotations
@@ -13,44 +31,81 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 API_KEY = "test-key"
+CHARS_PER_TOKEN = 4
+REASONING_KEYS = ("reasoning", "reasoning_content", "reasoning_details")
+PROVIDER_KEYS = {
+    "order", "only", "ignore", "allow_fallbacks", "require_parameters", "quantizations",
+    "data_collection", "sort", "zdr", "max_price", "enforce_distillable_text",
+}  # fmt: skip
+REASONING_PARAM_KEYS = {"effort", "max_tokens", "exclude", "enabled"}
+OPENROUTER_ONLY = {"provider", "reasoning", "usage", "transforms", "models", "route"}
 
 
 @dataclass
 class Reply:
-    """One scripted answer."""
+    """One scripted answer. `body` is JSON, or a string sent as is (`content_type`)."""
 
     status: int = 200
-    body: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | str = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     repeat: bool = False
+    content_type: str = "application/json"
+    generation: dict[str, Any] | None = None
+    """What GET /generation reports for this reply's id (default: from its usage)."""
+
+
+@dataclass
+class Model:
+    """A model the double serves."""
+
+    context_length: int = 200_000
+    max_completion_tokens: int | None = 32_000
+    reasoning_model: Literal["deepseek", "signed"] | None = None
+
+
+_ids = itertools.count(1)
 
 
 def completion(
     *,
     content: str | None = None,
     calls: Sequence[tuple[str, dict[str, Any] | str]] = (),
+    reasoning: str | None = None,
+    reasoning_content: str | None = None,
+    reasoning_details: list[dict[str, Any]] | None = None,
+    finish_reason: str | None = None,
+    native_finish_reason: str | None = None,
+    provider: str | None = "DoubleCloud",
+    model: str = "double-model",
     prompt_tokens: int = 100,
     completion_tokens: int = 20,
     cached_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
     cost: float | None = None,
+    upstream_cost: float | None = None,
+    byok: bool | None = None,
+    usage: bool = True,
+    call_ids: bool = True,
     repeat: bool = False,
     delay_s: float = 0.0,
+    generation: dict[str, Any] | None = None,
 ) -> Reply:
     """A 200 chat completion with `content` and tool `calls` (name, arguments as a dict,
-    or as a raw string to send malformed JSON), and a usage block (with `cost` in USD
-    when given, as OpenRouter reports it)."""
+    or a raw string to send malformed JSON), reasoning fields, and a usage block (`cost`
+    in USD as OpenRouter reports it). `call_ids=False` sends calls with empty ids."""
     tool_calls = [
         {
-            "id": f"call_{next(_ids)}",
+            "id": f"call_{next(_ids)}" if call_ids else "",
             "type": "function",
             "function": {
                 "name": name,
@@ -62,92 +117,325 @@ def completion(
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
-    if cost is not None:
-        usage["cost"] = cost
-    body = {
-        "id": f"chatcmpl-{next(_ids)}",
+    for key, value in (
+        ("reasoning", reasoning),
+        ("reasoning_content", reasoning_content),
+        ("reasoning_details", reasoning_details),
+    ):
+        if value is not None:
+            message[key] = value
+    finish = finish_reason or ("tool_calls" if tool_calls else "stop")
+    body: dict[str, Any] = {
+        "id": f"gen-{next(_ids)}",
         "object": "chat.completion",
         "created": 1_780_000_000,
-        "model": "double",
+        "model": model,
         "choices": [
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "finish_reason": finish,
+                "native_finish_reason": native_finish_reason or finish,
             }
         ],
-        "usage": usage,
     }
-    return Reply(body=body, repeat=repeat, delay_s=delay_s)
+    if provider is not None:
+        body["provider"] = provider
+    if usage:
+        block: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {
+                "cached_tokens": cached_tokens,
+                "cache_write_tokens": cache_write_tokens,
+            },
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        }
+        if cost is not None:
+            block["cost"] = cost
+        if upstream_cost is not None:
+            block["cost_details"] = {"upstream_inference_cost": upstream_cost}
+        if byok is not None:
+            block["is_byok"] = byok
+        body["usage"] = block
+    return Reply(body=body, repeat=repeat, delay_s=delay_s, generation=generation)
 
 
 def error(
-    status: int, message: str, *, headers: dict[str, str] | None = None, repeat: bool = False
+    status: int,
+    message: str,
+    *,
+    metadata: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    repeat: bool = False,
 ) -> Reply:
-    """An error answer with OpenAI's error body."""
-    body = {"error": {"message": message, "type": "server_error", "code": None}}
-    return Reply(status=status, body=body, headers=headers or {}, repeat=repeat)
+    """An error answer with OpenRouter's body: `{"error": {code, message, metadata}}`."""
+    inner: dict[str, Any] = {"code": status, "message": message}
+    if metadata is not None:
+        inner["metadata"] = metadata
+    return Reply(status=status, body={"error": inner}, headers=headers or {}, repeat=repeat)
 
 
-_ids = itertools.count(1)
+def error_in_200(
+    code: int, message: str, *, metadata: dict[str, Any] | None = None, repeat: bool = False
+) -> Reply:
+    """An error OpenRouter sends after the model started: HTTP 200, an error body."""
+    reply = error(code, message, metadata=metadata, repeat=repeat)
+    reply.status = 200
+    return reply
+
+
+def no_choices() -> Reply:
+    return Reply(body={"id": f"gen-{next(_ids)}", "object": "chat.completion", "choices": []})
+
+
+def html_page(status: int = 200) -> Reply:
+    """What a proxy in the way sends: an HTML page."""
+    page = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    return Reply(status=status, body=page, content_type="text/html")
 
 
 class OpenAIDouble:
-    """The server. `base_url` ends in /v1, as OpenAI-compatible base URLs do."""
+    """The server. `base_url` ends in /api/v1 (openrouter) or /v1 (openai)."""
 
-    def __init__(self) -> None:
+    def __init__(self, flavour: Literal["openrouter", "openai"] = "openrouter") -> None:
+        self.flavour = flavour
         self.script: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
+        self.rejected: list[tuple[dict[str, Any], str]] = []
+        self.models: dict[str, Model] = {"double-model": Model()}
+        self.key_limit_remaining: float | None = 10.0
+        self.generations: dict[str, dict[str, Any]] = {}
         self.model_requests = 0
+        self.key_requests = 0
+        self.generation_requests = 0
+        self.sent_reasoning: dict[str, dict[str, Any]] = {}
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
+    def prefix(self) -> str:
+        return "/api/v1" if self.flavour == "openrouter" else "/v1"
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
 
     def messages(self, index: int = -1) -> list[dict[str, Any]]:
-        """The messages of request `index`."""
+        """The messages of (valid) request `index`."""
         messages: list[dict[str, Any]] = self.requests[index]["messages"]
         return messages
 
+    # --- validation, as the real back ends do it ---------------------------------------
+
+    def problem(self, body: Any) -> str | None:
+        """Why a real back end would answer 400 to `body`, or None."""
+        if not isinstance(body, dict):
+            return "request body must be a JSON object"
+        model = self.models.get(str(body.get("model")))
+        if model is None:
+            return f"{body.get('model')} is not a valid model ID"
+        if self.flavour == "openai" and (extra := sorted(OPENROUTER_ONLY & body.keys())):
+            return f"Unrecognized request argument supplied: {extra[0]}"
+        if "max_tokens" in body and "max_completion_tokens" in body:
+            return "max_tokens and max_completion_tokens cannot both be set"
+        if isinstance(body.get("provider"), dict) and (
+            bad := body["provider"].keys() - PROVIDER_KEYS
+        ):
+            return f"provider: unrecognized key {sorted(bad)[0]!r}"
+        reasoning = body.get("reasoning")
+        if isinstance(reasoning, dict):
+            if bad := reasoning.keys() - REASONING_PARAM_KEYS:
+                return f"reasoning: unrecognized key {sorted(bad)[0]!r}"
+            if "effort" in reasoning and "max_tokens" in reasoning:
+                return "reasoning: only one of effort and max_tokens may be given"
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return "messages must be a non-empty array"
+        if (why := self._conversation_problem(messages, model)) is not None:
+            return why
+        return self._window_problem(body, model)
+
+    def _conversation_problem(self, messages: list[Any], model: Model) -> str | None:
+        pending: set[str] = set()
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict):
+                return f"Invalid 'messages[{index}]': expected an object"
+            role = message.get("role")
+            if pending and role != "tool":
+                return (
+                    "An assistant message with 'tool_calls' must be followed by tool messages "
+                    f"responding to each 'tool_call_id'. Missing: {sorted(pending)[0]} "
+                    f"(at messages[{index}])"
+                )
+            if role == "assistant":
+                calls = message.get("tool_calls") or []
+                content = message.get("content")
+                if not calls and (content is None or content == ""):
+                    return (
+                        f"Invalid 'messages[{index}]': an assistant message must have content "
+                        "or tool_calls"
+                    )
+                for call in calls:
+                    if not isinstance(call, dict) or not call.get("id"):
+                        return f"Invalid 'messages[{index}].tool_calls': empty tool call id"
+                    pending.add(call["id"])
+                if calls and model.reasoning_model is not None:
+                    sent = self.sent_reasoning.get(calls[0]["id"])
+                    if sent and any(message.get(k) != v for k, v in sent.items()):
+                        if model.reasoning_model == "deepseek":
+                            return (
+                                "The reasoning_content in the thinking mode must be passed "
+                                "back to the API."
+                            )
+                        return (
+                            f"messages[{index}]: reasoning_details of a tool-use turn must be "
+                            "passed back unchanged (thinking block signature)"
+                        )
+            elif role == "tool":
+                call_id = message.get("tool_call_id")
+                if call_id not in pending:
+                    return f"Invalid 'messages[{index}]': tool_call_id {call_id!r} answers no call"
+                pending.discard(call_id)
+            elif role not in ("system", "user", "developer"):
+                return f"Invalid 'messages[{index}].role': {role!r}"
+        if pending:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                f"responding to each 'tool_call_id'. Missing: {sorted(pending)[0]}"
+            )
+        return None
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """The double's token count of a request: 4 characters of JSON a token."""
+        text = json.dumps(body.get("messages"), ensure_ascii=False)
+        text += json.dumps(body.get("tools") or [], ensure_ascii=False)
+        return len(text) // CHARS_PER_TOKEN
+
+    def _window_problem(self, body: dict[str, Any], model: Model) -> str | None:
+        asked_out = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        text = self.prompt_tokens(body)
+        if text + int(asked_out) > model.context_length:
+            return (
+                f"This endpoint's maximum context length is {model.context_length} tokens. "
+                f"However, you requested about {text + int(asked_out)} tokens ({text} of text "
+                f"input, {asked_out} in the output). Please reduce the length of either one, "
+                'or use the "middle-out" transform to compress your prompt automatically.'
+            )
+        return None
+
+    # --- the app --------------------------------------------------------------------------
+
     def app(self) -> FastAPI:
         app = FastAPI()
+        prefix = self.prefix
 
         def unauthorized(request: Request) -> JSONResponse | None:
             if request.headers.get("authorization") != f"Bearer {API_KEY}":
-                body = {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}
+                body = {"error": {"code": 401, "message": "User not found."}}
                 return JSONResponse(body, status_code=401)
             return None
 
-        @app.get("/v1/models")
+        @app.get(f"{prefix}/models")
         async def models(request: Request) -> JSONResponse:
             self.model_requests += 1
-            if (refused := unauthorized(request)) is not None:
+            if self.flavour == "openai" and (refused := unauthorized(request)) is not None:
                 return refused
-            model = {"id": "double", "object": "model", "created": 0, "owned_by": "tests"}
-            return JSONResponse({"object": "list", "data": [model]})
+            data = [
+                {
+                    "id": name,
+                    "name": name,
+                    "context_length": model.context_length,
+                    "top_provider": {
+                        "context_length": model.context_length,
+                        "max_completion_tokens": model.max_completion_tokens,
+                        "is_moderated": False,
+                    },
+                    "supported_parameters": ["tools", "tool_choice", "max_tokens", "reasoning"],
+                }
+                for name, model in self.models.items()
+            ]
+            return JSONResponse({"object": "list", "data": data})
 
-        @app.post("/v1/chat/completions")
-        async def completions(request: Request) -> JSONResponse:
+        if self.flavour == "openrouter":
+
+            @app.get(f"{prefix}/key")
+            async def key(request: Request) -> JSONResponse:
+                self.key_requests += 1
+                if (refused := unauthorized(request)) is not None:
+                    return refused
+                data = {
+                    "label": "sk-or-v1-tes...key",
+                    "limit": None if self.key_limit_remaining is None else 10.0,
+                    "limit_remaining": self.key_limit_remaining,
+                    "usage": 0.0,
+                    "is_free_tier": False,
+                    "is_provisioning_key": False,
+                }
+                return JSONResponse({"data": data})
+
+            @app.get(f"{prefix}/generation")
+            async def generation(request: Request) -> JSONResponse:
+                self.generation_requests += 1
+                if (refused := unauthorized(request)) is not None:
+                    return refused
+                found = self.generations.get(request.query_params.get("id", ""))
+                if found is None:
+                    return JSONResponse(
+                        {"error": {"code": 404, "message": "Generation not found"}}, 404
+                    )
+                return JSONResponse({"data": found})
+
+        @app.post(f"{prefix}/chat/completions")
+        async def completions(request: Request) -> Response:
             if (refused := unauthorized(request)) is not None:
                 return refused
-            self.requests.append(await request.json())
+            body = await request.json()
+            if (why := self.problem(body)) is not None:
+                self.rejected.append((body, why))
+                return JSONResponse({"error": {"code": 400, "message": why}}, 400)
+            self.requests.append(body)
             if not self.script:
                 return JSONResponse(error(500, "the test script has no more replies").body, 500)
             reply = self.script[0] if self.script[0].repeat else self.script.pop(0)
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
-            return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+            payload = reply.body
+            if isinstance(payload, str):
+                return Response(payload, reply.status, reply.headers, media_type=reply.content_type)
+            payload = json.loads(json.dumps(payload))
+            if reply.repeat and "id" in payload:
+                payload["id"] = f"gen-{next(_ids)}"
+            self._remember(payload, reply)
+            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
 
         return app
+
+    def _remember(self, payload: dict[str, Any], reply: Reply) -> None:
+        """Keep what the reasoning checks and GET /generation need of a served reply."""
+        for choice in payload.get("choices") or []:
+            message = choice.get("message") or {}
+            calls = message.get("tool_calls") or []
+            fields = {k: message[k] for k in REASONING_KEYS if message.get(k) is not None}
+            if calls and fields and calls[0].get("id"):
+                self.sent_reasoning[calls[0]["id"]] = fields
+        generation_id = payload.get("id")
+        if not isinstance(generation_id, str):
+            return
+        usage = payload.get("usage") or {}
+        self.generations[generation_id] = reply.generation or {
+            "id": generation_id,
+            "model": payload.get("model"),
+            "provider_name": payload.get("provider"),
+            "tokens_prompt": usage.get("prompt_tokens", 0),
+            "tokens_completion": usage.get("completion_tokens", 0),
+            "native_tokens_prompt": usage.get("prompt_tokens", 0),
+            "native_tokens_completion": usage.get("completion_tokens", 0),
+            "total_cost": usage.get("cost", 0.0),
+            "is_byok": usage.get("is_byok", False),
+        }
 
     async def start(self) -> None:
         config = uvicorn.Config(
@@ -175,6 +463,17 @@ class OpenAIDouble:
 @pytest.fixture
 async def openai_double() -> AsyncIterator[OpenAIDouble]:
     double = OpenAIDouble()
+    await double.start()
+    try:
+        yield double
+    finally:
+        await double.stop()
+
+
+@pytest.fixture
+async def plain_double() -> AsyncIterator[OpenAIDouble]:
+    """The double in its api.openai.com flavour."""
+    double = OpenAIDouble("openai")
     await double.start()
     try:
         yield double

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 from tests.agents.contexts import Events, recording_context
-from tests.agents.openai_double import API_KEY, OpenAIDouble, completion, error, openai_double
+from tests.agents.openai_double import (
+    API_KEY,
+    Model,
+    OpenAIDouble,
+    completion,
+    error,
+    openai_double,
+    plain_double,
+)
 from tests.agents.records_service import (
     APP,
     APP_PATH,
@@ -37,11 +45,16 @@ from opsarena.agents.llm import (
     retry_delay,
     usage_of,
 )
-from opsarena.agents.spec import AgentSettings, Limits, Price, find_price
+from opsarena.agents.spec import (
+    AgentSettings,
+    Limits,
+    Price,
+    find_price,
+)
 from opsarena.errors import AgentConfigError
 from opsarena.hosts import Host
 
-__all__ = ["agents_host", "openai_double"]  # fixtures
+__all__ = ["agents_host", "openai_double", "plain_double"]  # fixtures
 
 BRIEF = "Deploy a durable records service on port 8080 (unit records.service)."
 
@@ -52,9 +65,10 @@ def make_ctx(host: Host, deadline_s: float = 300.0) -> tuple[AgentContext, Event
 
 def make_agent(double: OpenAIDouble, **kwargs: Any) -> LlmAgent:
     kwargs.setdefault("retry", RetryPolicy(attempts=3, initial_delay_s=0.01, max_delay_s=0.02))
+    kwargs.setdefault("rand", lambda: 0.0)
     return LlmAgent(
         kwargs.pop("model", "double-model"),
-        endpoint=Endpoint(double.base_url, API_KEY, "test"),
+        endpoint=Endpoint(double.base_url, API_KEY, "test", double.flavour == "openrouter"),
         **kwargs,
     )
 
@@ -75,7 +89,7 @@ def tool_results(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def test_retry_delay_honours_retry_after_then_backs_off() -> None:
-    policy = RetryPolicy(initial_delay_s=1.0, max_delay_s=5.0, max_retry_after_s=60.0)
+    policy = RetryPolicy(initial_delay_s=1.0, max_delay_s=5.0, max_retry_after_s=60.0, jitter=0)
     assert retry_delay(1, {"retry-after": "7"}, policy) == 7.0
     assert retry_delay(1, {"retry-after-ms": "250", "retry-after": "9"}, policy) == 0.25
     assert retry_delay(1, {"retry-after": "3600"}, policy) == 60.0
@@ -99,7 +113,9 @@ def test_cost_is_the_providers_else_priced_else_unknown() -> None:
 
 
 def test_limits_name_what_was_reached() -> None:
-    spent = Spent(turns=3, input_tokens=500, output_tokens=50, cost_microusd=900)
+    spent = Spent(
+        turns=3, input_tokens=900, fresh_input_tokens=500, output_tokens=50, cost_microusd=900
+    )
     assert limit_reached(Limits(), spent) is None
     assert limit_reached(Limits(turns=3), spent) == "turn limit (3) reached"
     assert limit_reached(Limits(turns=4, input_tokens=500), spent) == (
@@ -323,7 +339,7 @@ async def test_malformed_tool_calls_are_corrected_a_bounded_number_of_times(
     outcome = await make_agent(openai_double, max_corrections=2).run(ctx)
     assert (outcome.terminal_state, outcome.successful) == ("failed", False)
     assert outcome.failure_source == "player"
-    assert outcome.terminal_detail.startswith("model output unusable: 3 malformed responses")
+    assert outcome.terminal_detail.startswith("model output unusable: 3 unusable responses")
     assert len(openai_double.requests) == 3
     corrections = tool_results(openai_double.messages(-1))
     assert len(corrections) == 2
@@ -441,6 +457,7 @@ async def test_an_unpriced_model_has_null_cost_and_one_warning(
         completion(calls=[("bash", {"command": "true"})]),
         completion(calls=[("done", {"summary": "ok"})]),
     ]
+    openai_double.models["lab/unpriced-7b"] = Model()
     ctx, events = make_ctx(agents_host)
     outcome = await make_agent(openai_double, model="lab/unpriced-7b").run(ctx)
     assert outcome.terminal_state == "completed"

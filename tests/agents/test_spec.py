@@ -10,15 +10,8 @@ from opsarena.agents.command import CommandAgent
 from opsarena.agents.competitors import competitor_from_cli, load_competitors, parse_competitors
 from opsarena.agents.human import HumanAgent
 from opsarena.agents.llm import LlmAgent
-from opsarena.agents.spec import (
-    AgentSettings,
-    AgentSpec,
-    Limits,
-    Price,
-    agent_kinds,
-    build_agent,
-    parse_agent_spec,
-)
+from opsarena.agents.registry import agent_kinds, build_agent, parse_agent_spec
+from opsarena.agents.spec import AgentSettings, AgentSpec, Limits, Price
 from opsarena.errors import AgentConfigError, AgentSpecError, CompetitorsFileError, OpsArenaError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "seed-match.toml"

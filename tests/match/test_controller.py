@@ -16,7 +16,7 @@ import pytest
 
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.competitors import competitor_from_cli
-from opsarena.agents.spec import register_agent_kind
+from opsarena.agents.registry import register_agent_kind
 from opsarena.challenges.catalog import find_challenge
 from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan

@@ -32,15 +32,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from opsarena.agents.base import Agent
-from opsarena.agents.spec import (
-    AgentSettings,
-    AgentSpec,
-    Price,
-    build_agent,
-    check_settings,
-    find_price,
-    parse_agent_spec,
-)
+from opsarena.agents.registry import build_agent, check_settings, parse_agent_spec
+from opsarena.agents.spec import AgentSettings, AgentSpec, Price, find_price
 from opsarena.errors import AgentSpecError, CompetitorsFileError
 
 TERRITORY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")

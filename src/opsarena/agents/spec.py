@@ -1,24 +1,27 @@
-"""Agent specs and settings: parse `KIND[:ARG]`, and build an `Agent` through a registry by kind.
+"""Agent specs and settings as data: what a competitor is (`AgentSpec`) and its knobs.
 
 A spec names what competes: `scripted:NAME`, `command:PROGRAM ARGS...`, `llm:MODEL` or
 `human`. Settings (`AgentSettings`) carry the per-competitor knobs a competitors file or
-the command line gives (model, endpoint, limits, prices). The controller only calls
-`parse_agent_spec`, `build_agent` and `preflight_agent`; a new kind registers with
-`register_agent_kind` and nothing else changes.
+the command line gives (model, endpoint, limits, prices, routing, reasoning). This module
+only describes; `opsarena.agents.registry` parses specs and builds agents by kind, so no
+agent module imports anything that imports it back.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from opsarena.agents.base import Agent
-from opsarena.errors import AgentSpecError
+
+def _finite_positive(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError("must be a finite number above 0")
+    return value
 
 
 class Limits(BaseModel):
@@ -33,6 +36,8 @@ class Limits(BaseModel):
     cost_microusd: int | None = Field(default=None, gt=0)
     wall_s: float | None = Field(default=None, gt=0, description="seconds from the agent's start")
 
+    _check_wall = field_validator("wall_s")(_finite_positive)
+
 
 class Price(BaseModel):
     """A model's price in USD per million tokens (which is micro-USD per token).
@@ -45,14 +50,66 @@ class Price(BaseModel):
     cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)
 
 
-LLM_ONLY_SETTINGS = frozenset({"base_url", "api_key_env", "price", "max_tokens", "bash_timeout_s"})
+class ProviderRouting(BaseModel):
+    """OpenRouter's `provider` object (its provider-routing docs): which providers may
+    serve the model, in what order, and how strictly. Sent only to OpenRouter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    order: list[str] | None = Field(default=None, min_length=1)
+    only: list[str] | None = Field(default=None, min_length=1)
+    ignore: list[str] | None = Field(default=None, min_length=1)
+    allow_fallbacks: bool | None = None
+    require_parameters: bool | None = None
+    quantizations: list[str] | None = Field(default=None, min_length=1)
+    data_collection: Literal["allow", "deny"] | None = None
+    sort: Literal["price", "throughput", "latency"] | None = None
+
+
+class Reasoning(BaseModel):
+    """How much the model reasons: OpenRouter's `reasoning` object (`effort` or
+    `max_tokens`, not both; `exclude` hides the reasoning from the response). Elsewhere
+    only `effort` is sent, as `reasoning_effort`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    exclude: bool | None = None
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.effort is not None and self.max_tokens is not None:
+            raise ValueError("give reasoning.effort or reasoning.max_tokens, not both")
+
+
+RESERVED_BODY_KEYS = frozenset(
+    {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "n"}
+)
+"""Request fields the agent itself owns; `extra_body` may not set them."""
+
+LLM_ONLY_SETTINGS = frozenset(
+    {
+        "base_url",
+        "api_key_env",
+        "price",
+        "max_output_tokens",
+        "bash_timeout_s",
+        "request_timeout_s",
+        "context_window",
+        "provider",
+        "reasoning",
+        "temperature",
+        "extra_body",
+        "persistent_shell",
+    }
+)
 COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s"})
 
 
 class AgentSettings(BaseModel):
-    """Per-competitor settings. Which apply depends on the kind: `base_url`, `api_key_env`,
-    `price`, `max_tokens` and `bash_timeout_s` are for `llm`; `env` and `grace_s` for
-    `command`; `model` (the name the record shows) and `limits.wall_s` for every kind."""
+    """Per-competitor settings. Which apply depends on the kind: those in
+    `LLM_ONLY_SETTINGS` are for `llm`; `env` and `grace_s` for `command`; `model` (the
+    name the record shows) and `limits.wall_s` for every kind."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -61,10 +118,28 @@ class AgentSettings(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     limits: Limits = Limits()
     price: Price | None = None
-    max_tokens: int | None = Field(default=None, gt=0, description="output tokens per response")
-    bash_timeout_s: float | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="output tokens per response"
+    )
+    bash_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    context_window: int | None = Field(default=None, ge=1024, description="tokens")
+    provider: ProviderRouting | None = None
+    reasoning: Reasoning | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    extra_body: dict[str, Any] | None = None
+    persistent_shell: bool | None = None
     env: dict[str, str] = Field(default_factory=dict)
     grace_s: float | None = Field(default=None, gt=0, description="SIGTERM to SIGKILL")
+
+    _check_timeouts = field_validator("bash_timeout_s", "request_timeout_s")(_finite_positive)
+
+    @field_validator("extra_body")
+    @classmethod
+    def _check_extra_body(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and (taken := sorted(RESERVED_BODY_KEYS & value.keys())):
+            raise ValueError(f"may not set {', '.join(taken)} (the agent sets it)")
+        return value
 
     def over(self, base: AgentSettings) -> AgentSettings:
         """These settings with every field left unset taken from `base` (limits per field)."""
@@ -101,144 +176,6 @@ class AgentSpec:
         return shlex.split(self.arg)
 
 
-AgentFactory = Callable[[AgentSpec, AgentSettings, Mapping[str, str]], Agent]
-"""`factory(spec, settings, env)` makes the agent or raises an `OpsArenaError`; `env` is
-the environment to resolve endpoints and keys from."""
-
-
-@dataclass(frozen=True)
-class AgentKind:
-    name: str
-    factory: AgentFactory
-    arg: str | None
-    """What the argument is called in messages (`MODEL`), or None when the kind takes none."""
-    refused_settings: frozenset[str] = frozenset()
-
-
-_KINDS: dict[str, AgentKind] = {}
-
-
-def register_agent_kind(
-    name: str,
-    factory: AgentFactory,
-    *,
-    arg: str | None,
-    refused_settings: frozenset[str] = frozenset(),
-) -> None:
-    """Make `factory` the builder of agents of kind `name` (replacing an earlier one).
-    `refused_settings` are settings that make no sense for the kind; giving one is an error."""
-    _KINDS[name] = AgentKind(name, factory, arg, refused_settings)
-
-
-def agent_kinds() -> list[str]:
-    return sorted(_KINDS)
-
-
-def _kind_usage() -> str:
-    forms = [
-        f"{k.name}:{k.arg}" if k.arg else k.name
-        for k in sorted(_KINDS.values(), key=lambda k: k.name)
-    ]
-    return ", ".join(forms)
-
-
-def parse_agent_spec(text: str) -> AgentSpec:
-    """Parse `KIND[:ARG]`. Raises `AgentSpecError` (one line, naming the known kinds) for an
-    unknown kind, a missing argument, or an argument given to a kind that takes none."""
-    text = text.strip()
-    kind, sep, arg = text.partition(":")
-    arg = arg.strip()
-    known = _KINDS.get(kind)
-    if known is None:
-        raise AgentSpecError(f"unknown agent kind {kind!r} in {text!r}: use one of {_kind_usage()}")
-    if known.arg is not None and not arg:
-        raise AgentSpecError(f"agent {text!r} needs {known.arg}: write {kind}:{known.arg}")
-    if known.arg is None and sep:
-        raise AgentSpecError(f"agent kind {kind!r} takes no argument: write just {kind}")
-    if kind == "command":
-        try:
-            shlex.split(arg)
-        except ValueError as exc:
-            raise AgentSpecError(f"cannot split command {arg!r}: {exc}") from None
-    return AgentSpec(kind=kind, arg=arg, text=text)
-
-
-def build_agent(
-    spec: AgentSpec, settings: AgentSettings | None = None, env: Mapping[str, str] | None = None
-) -> Agent:
-    """Make the agent `spec` names with `settings`. Raises `AgentSpecError` for a setting
-    that does not apply to the kind and `AgentConfigError` when the agent cannot be
-    configured (for `llm`: no endpoint or key in `env`, which defaults to `os.environ`)."""
-    settings = settings or AgentSettings()
-    check_settings(spec, settings)
-    return _KINDS[spec.kind].factory(spec, settings, os.environ if env is None else env)
-
-
-def check_settings(spec: AgentSpec, settings: AgentSettings) -> None:
-    """Raise `AgentSpecError` if the kind is unknown or a setting given does not apply."""
-    kind = _KINDS.get(spec.kind)
-    if kind is None:
-        raise AgentSpecError(f"unknown agent kind {spec.kind!r}: use one of {_kind_usage()}")
-    refused = sorted(settings.explicit() & kind.refused_settings)
-    if refused:
-        raise AgentSpecError(
-            f"setting {', '.join(refused)} does not apply to {spec.kind} agents ({spec.text})"
-        )
-
-
 def find_price(model: str, table: Mapping[str, Price]) -> Price | None:
     """`model`'s price: by its full name, else by the name after a provider prefix."""
     return table.get(model) or table.get(model.rsplit("/", 1)[-1])
-
-
-@runtime_checkable
-class Preflight(Protocol):
-    async def preflight(self) -> None: ...
-
-
-async def preflight_agent(agent: Agent) -> None:
-    """Check, before the match starts, that `agent` can run (endpoint reachable, program
-    present). Raises a one-line `AgentConfigError`; agents with nothing to check pass."""
-    if isinstance(agent, Preflight):
-        await agent.preflight()
-
-
-def _scripted(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
-    from opsarena.agents.scripted import get_scripted
-
-    agent: Agent = get_scripted(spec.arg)
-    if settings.model:
-        agent.model = settings.model
-    return agent
-
-
-def _command(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
-    from opsarena.agents.command import CommandAgent
-
-    return CommandAgent.from_settings(spec.argv, settings)
-
-
-def _llm(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
-    from opsarena.agents.llm import LlmAgent
-
-    if settings.model and settings.model != spec.arg:
-        raise AgentSpecError(
-            f"model {settings.model!r} contradicts {spec.text!r}: an llm agent's model is its MODEL"
-        )
-    return LlmAgent.from_settings(spec.arg, settings, env)
-
-
-def _human(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
-    from opsarena.agents.human import HumanAgent
-
-    return HumanAgent(model=settings.model or "human")
-
-
-register_agent_kind(
-    "scripted", _scripted, arg="NAME", refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
-)
-register_agent_kind("command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS)
-register_agent_kind("llm", _llm, arg="MODEL", refused_settings=COMMAND_ONLY_SETTINGS)
-register_agent_kind(
-    "human", _human, arg=None, refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
-)

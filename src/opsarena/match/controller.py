@@ -23,7 +23,8 @@ from typing import Any
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
-from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
+from opsarena.agents.registry import preflight_agent
+from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver

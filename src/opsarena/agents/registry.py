@@ -1,0 +1,157 @@
+"""The agent registry: parse `KIND[:ARG]`, and build and preflight an `Agent` by its kind.
+
+The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`; a new
+kind registers with `register_agent_kind` and nothing else changes. The built-in kinds
+(`scripted`, `command`, `llm`, `human`) are registered when this module is imported; it
+is the only module that imports the agent implementations, and none of them imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from opsarena.agents.base import Agent
+from opsarena.agents.command import CommandAgent
+from opsarena.agents.human import HumanAgent
+from opsarena.agents.llm import LlmAgent
+from opsarena.agents.scripted import get_scripted
+from opsarena.agents.spec import (
+    COMMAND_ONLY_SETTINGS,
+    LLM_ONLY_SETTINGS,
+    AgentSettings,
+    AgentSpec,
+)
+from opsarena.errors import AgentSpecError
+
+AgentFactory = Callable[[AgentSpec, AgentSettings, Mapping[str, str]], Agent]
+"""`factory(spec, settings, env)` makes the agent or raises an `OpsArenaError`; `env` is
+the environment to resolve endpoints and keys from."""
+
+
+@dataclass(frozen=True)
+class AgentKind:
+    name: str
+    factory: AgentFactory
+    arg: str | None
+    """What the argument is called in messages (`MODEL`), or None when the kind takes none."""
+    refused_settings: frozenset[str] = frozenset()
+
+
+_KINDS: dict[str, AgentKind] = {}
+
+
+def register_agent_kind(
+    name: str,
+    factory: AgentFactory,
+    *,
+    arg: str | None,
+    refused_settings: frozenset[str] = frozenset(),
+) -> None:
+    """Make `factory` the builder of agents of kind `name` (replacing an earlier one).
+    `refused_settings` are settings that make no sense for the kind; giving one is an error."""
+    _KINDS[name] = AgentKind(name, factory, arg, refused_settings)
+
+
+def agent_kinds() -> list[str]:
+    return sorted(_KINDS)
+
+
+def _kind_usage() -> str:
+    forms = [
+        f"{k.name}:{k.arg}" if k.arg else k.name
+        for k in sorted(_KINDS.values(), key=lambda k: k.name)
+    ]
+    return ", ".join(forms)
+
+
+def parse_agent_spec(text: str) -> AgentSpec:
+    """Parse `KIND[:ARG]`. Raises `AgentSpecError` (one line, naming the known kinds) for an
+    unknown kind, a missing argument, or an argument given to a kind that takes none."""
+    text = text.strip()
+    kind, sep, arg = text.partition(":")
+    arg = arg.strip()
+    known = _KINDS.get(kind)
+    if known is None:
+        raise AgentSpecError(f"unknown agent kind {kind!r} in {text!r}: use one of {_kind_usage()}")
+    if known.arg is not None and not arg:
+        raise AgentSpecError(f"agent {text!r} needs {known.arg}: write {kind}:{known.arg}")
+    if known.arg is None and sep:
+        raise AgentSpecError(f"agent kind {kind!r} takes no argument: write just {kind}")
+    if kind == "command":
+        try:
+            shlex.split(arg)
+        except ValueError as exc:
+            raise AgentSpecError(f"cannot split command {arg!r}: {exc}") from None
+    return AgentSpec(kind=kind, arg=arg, text=text)
+
+
+def build_agent(
+    spec: AgentSpec, settings: AgentSettings | None = None, env: Mapping[str, str] | None = None
+) -> Agent:
+    """Make the agent `spec` names with `settings`. Raises `AgentSpecError` for a setting
+    that does not apply to the kind and `AgentConfigError` when the agent cannot be
+    configured (for `llm`: no endpoint or key in `env`, which defaults to `os.environ`)."""
+    settings = settings or AgentSettings()
+    check_settings(spec, settings)
+    return _KINDS[spec.kind].factory(spec, settings, os.environ if env is None else env)
+
+
+def check_settings(spec: AgentSpec, settings: AgentSettings) -> None:
+    """Raise `AgentSpecError` if the kind is unknown or a setting given does not apply."""
+    kind = _KINDS.get(spec.kind)
+    if kind is None:
+        raise AgentSpecError(f"unknown agent kind {spec.kind!r}: use one of {_kind_usage()}")
+    refused = sorted(settings.explicit() & kind.refused_settings)
+    if refused:
+        raise AgentSpecError(
+            f"setting {', '.join(refused)} does not apply to {spec.kind} agents ({spec.text})"
+        )
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    async def preflight(self) -> None: ...
+
+
+async def preflight_agent(agent: Agent) -> None:
+    """Check, before the match starts, that `agent` can run (endpoint reachable, program
+    present). Raises a one-line `AgentConfigError`; agents with nothing to check pass."""
+    if isinstance(agent, Preflight):
+        await agent.preflight()
+
+
+def _scripted(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
+    agent: Agent = get_scripted(spec.arg)
+    if settings.model:
+        agent.model = settings.model
+    return agent
+
+
+def _command(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
+    return CommandAgent.from_settings(spec.argv, settings)
+
+
+def _llm(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
+    if settings.model and settings.model != spec.arg:
+        raise AgentSpecError(
+            f"model {settings.model!r} contradicts {spec.text!r}: an llm agent's model is its MODEL"
+        )
+    return LlmAgent.from_settings(spec.arg, settings, env)
+
+
+def _human(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
+    return HumanAgent(model=settings.model or "human")
+
+
+register_agent_kind(
+    "scripted", _scripted, arg="NAME", refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
+)
+register_agent_kind("command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS)
+register_agent_kind("llm", _llm, arg="MODEL", refused_settings=COMMAND_ONLY_SETTINGS)
+register_agent_kind(
+    "human", _human, arg=None, refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
+)
