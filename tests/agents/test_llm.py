@@ -3,6 +3,7 @@ real hosts (the double stands in for the paid API; everything else is real)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,9 @@ from tests.agents.openai_double import (
     OpenAIDouble,
     completion,
     error,
+    error_in_200,
+    html_page,
+    no_choices,
     openai_double,
     plain_double,
 )
@@ -29,26 +33,37 @@ from tests.conftest import HostFactory
 
 from opsarena.agents import AgentContext
 from opsarena.agents.llm import (
+    Completion,
     Endpoint,
     LlmAgent,
+    Problem,
     RetryPolicy,
     Spent,
     ToolCallError,
     Usage,
+    assistant_message,
     builtin_prices,
+    fit,
+    head_tail,
     limit_reached,
+    normalise_calls,
     parse_retry_after,
     parse_tool_arguments,
     priced_cost_microusd,
+    read_completion,
     replay_messages,
     resolve_endpoint,
     retry_delay,
     usage_of,
 )
+from opsarena.agents.llm.context import estimate_tokens
+from opsarena.agents.llm.tools import read_slice
 from opsarena.agents.spec import (
     AgentSettings,
     Limits,
     Price,
+    ProviderRouting,
+    Reasoning,
     find_price,
 )
 from opsarena.errors import AgentConfigError
@@ -480,3 +495,470 @@ async def test_a_price_is_used_when_the_api_reports_no_cost(
     price = Price(input_usd_per_mtok=0.4, output_usd_per_mtok=1.6)
     await make_agent(openai_double, price=price).run(ctx)
     assert usages(events)[0]["cost_microusd"] == 4000 + 1600
+
+
+# --- provider behaviour: each defect of issue 15 -----------------------------------------
+
+
+def test_a_200_can_still_be_an_error_or_unusable() -> None:
+    inner = {"code": 502, "message": "Upstream error", "metadata": {"provider_name": "Acme",
+             "raw": "connection reset"}}  # fmt: skip
+    problem = read_completion({"error": inner})
+    assert isinstance(problem, Problem) and problem.kind == "retry"
+    assert "Upstream error (provider Acme): connection reset" in problem.why
+    budget = read_completion({"error": {"code": 402, "message": "Insufficient credits"}})
+    assert isinstance(budget, Problem) and budget.kind == "budget"
+    assert isinstance(read_completion({"id": "g", "choices": []}), Problem)
+    html = read_completion(None, "<html><body>502 Bad Gateway</body></html>")
+    assert isinstance(html, Problem) and "not JSON" in html.why and "Bad Gateway" in html.why
+    cut = {"choices": [{"message": {"content": "par"}, "finish_reason": "error",
+                        "native_finish_reason": "overloaded"}], "id": "gen-1"}  # fmt: skip
+    failed = read_completion(cut)
+    assert isinstance(failed, Problem) and failed.generation_id == "gen-1"
+    assert "native overloaded" in failed.why
+    ok = read_completion({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                          "provider": "Acme", "model": "m-0731"})  # fmt: skip
+    assert isinstance(ok, Completion) and (ok.provider, ok.model) == ("Acme", "m-0731")
+
+
+def test_byok_cost_adds_the_upstream_bill_and_usage_extras_are_read() -> None:
+    raw = {
+        "prompt_tokens": 1000, "completion_tokens": 300, "cost": 0.0001, "is_byok": True,
+        "cost_details": {"upstream_inference_cost": 0.002},
+        "prompt_tokens_details": {"cached_tokens": 200, "cache_write_tokens": 50},
+        "completion_tokens_details": {"reasoning_tokens": 120},
+    }  # fmt: skip
+    usage = usage_of(raw, None)
+    assert usage.cost_microusd == 2100
+    assert (usage.reasoning_tokens, usage.cache_write_tokens, usage.byok) == (120, 50, True)
+    not_byok = usage_of({**raw, "is_byok": False}, None)
+    assert not_byok.cost_microusd == 100  # upstream cost is inside `cost` then
+
+
+def test_backoff_is_jittered_and_injectable() -> None:
+    policy = RetryPolicy(initial_delay_s=2.0, max_delay_s=30.0, jitter=0.5)
+    assert retry_delay(2, {}, policy, rand=lambda: 0.0) == 4.0
+    assert retry_delay(2, {}, policy, rand=lambda: 1.0) == 2.0
+    assert retry_delay(2, {"retry-after": "3"}, policy, rand=lambda: 1.0) == 3.0
+
+
+def test_cached_tokens_do_not_count_at_full_weight_against_the_input_limit() -> None:
+    spent = Spent()
+    spent.add(Usage(10_000, 10, 9_000, None))
+    assert (spent.input_tokens, spent.fresh_input_tokens) == (10_000, 1_000)
+    assert limit_reached(Limits(input_tokens=5_000), spent) is None
+
+
+def test_empty_turns_are_not_sent_back_and_calls_get_ids() -> None:
+    assert assistant_message({"content": None}, []) is None
+    assert assistant_message({"content": "  "}, None) is None
+    turn = assistant_message({"content": "", "reasoning_content": "r"}, [{"id": "x"}])
+    assert turn == {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}],
+                    "reasoning_content": "r"}  # fmt: skip
+    calls = normalise_calls([{"id": "", "function": {"name": "bash", "arguments": "{}"}},
+                             {"function": {"name": "done"}}], turn=4)  # fmt: skip
+    assert [c["id"] for c in calls] == ["call_t4_0", "call_t4_1"]
+    assert calls[1]["function"] == {"name": "done", "arguments": ""}
+
+
+@pytest.mark.parametrize("bad", ["-5", "0", "NaN", "Infinity"])
+def test_a_bash_timeout_must_be_a_positive_finite_number(bad: str) -> None:
+    with pytest.raises(ToolCallError, match="timeout_s"):
+        parse_tool_arguments("bash", f'{{"command": "ls", "timeout_s": {bad}}}')
+
+
+def test_long_output_keeps_head_and_tail_and_read_file_takes_a_range() -> None:
+    text = "".join(f"line {n}\n" for n in range(10_000))
+    cut = head_tail(text, 1000)
+    assert cut.startswith("line 0\n") and cut.endswith("line 9999\n")
+    assert "characters cut from the middle" in cut and len(cut) < 1100
+    data = b"0123456789" * 10
+    assert read_slice(data, 0, 1000) == data.decode()
+    assert read_slice(data, 95, 10) == "56789\n[bytes 95-100 of 100; read on with offset=100]"
+    assert read_slice(data, 10, 5).startswith("01234\n[bytes 10-15 of 100")
+    assert parse_tool_arguments("read_file", '{"path": "/x", "offset": 3, "length": 2}')
+    with pytest.raises(ToolCallError, match="offset"):
+        parse_tool_arguments("read_file", '{"path": "/x", "offset": -1}')
+
+
+def test_fit_sheds_old_outputs_then_old_turns_and_keeps_the_recent_ones() -> None:
+    def turn(n: int) -> list[dict[str, Any]]:
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "arguments": json.dumps({"path": "/f", "content": "x" * 4000}),
+            },
+        }
+        return [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{n}", "content": "y" * 4000}]  # fmt: skip
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for n in range(6):
+        messages += turn(n)
+
+    def estimate(m: list[dict[str, Any]]) -> int:
+        return estimate_tokens(m, 4.0)
+
+    before = estimate(messages)
+    shed, dropped = fit(messages, before // 2, estimate)
+    assert shed > 0 and dropped == 0 and estimate(messages) <= before // 2
+    assert messages[-1]["content"] == "y" * 4000  # the latest output stays
+    assert "removed to fit the context window" in messages[3]["content"]
+    assert "removed to fit" in messages[2]["tool_calls"][0]["function"]["arguments"]
+    shed, dropped = fit(messages, 2500, estimate)
+    assert dropped > 0 and messages[2]["content"].endswith("removed to fit the context window]")
+    assert sum(1 for m in messages if m["role"] == "assistant") >= 2
+
+
+async def test_preflight_refuses_a_key_with_no_credit_left(openai_double: OpenAIDouble) -> None:
+    openai_double.key_limit_remaining = 0.0
+    with pytest.raises(AgentConfigError, match="no credit left") as exc:
+        await make_agent(openai_double).preflight()
+    assert "\n" not in str(exc.value)
+
+
+async def test_preflight_learns_the_window_and_refuses_an_unknown_model(
+    openai_double: OpenAIDouble,
+) -> None:
+    openai_double.models["small"] = Model(context_length=4096, max_completion_tokens=1024)
+    agent = make_agent(openai_double, model="small")
+    await agent.preflight()
+    assert agent.window() == 4096 and agent.openrouter
+    with pytest.raises(AgentConfigError, match="'no/such-model' is not in"):
+        await make_agent(openai_double, model="no/such-model").preflight()
+
+
+async def test_a_cost_limit_that_cannot_be_enforced_refuses_to_start(
+    plain_double: OpenAIDouble,
+) -> None:
+    limits = Limits(cost_microusd=2_000_000)
+    with pytest.raises(AgentConfigError, match="cost limit but its cost cannot be known") as exc:
+        await make_agent(plain_double, limits=limits).preflight()
+    assert "\n" not in str(exc.value)
+    priced = Price(input_usd_per_mtok=1, output_usd_per_mtok=2)
+    await make_agent(plain_double, limits=limits, price=priced).preflight()
+
+
+async def test_preflight_elsewhere_checks_the_key_with_models(plain_double: OpenAIDouble) -> None:
+    agent = LlmAgent("m", endpoint=Endpoint(plain_double.base_url, "wrong", "MY_KEY"))
+    with pytest.raises(AgentConfigError, match=r"refused the key from MY_KEY \(HTTP 401\)"):
+        await agent.preflight()
+
+
+@pytest.mark.hosts
+async def test_a_text_only_reply_does_not_end_the_run(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(content="Let me check the unit status next."),
+        completion(calls=[("done", {"summary": "checked"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "checked")
+    sent = openai_double.messages(-1)
+    assert sent[-2] == {"role": "assistant", "content": "Let me check the unit status next."}
+    assert sent[-1]["role"] == "user" and "nothing was run" in sent[-1]["content"]
+
+
+@pytest.mark.hosts
+async def test_a_model_that_only_talks_is_nudged_a_bounded_number_of_times(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [completion(content="I think it is fine.", repeat=True)]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, max_nudges=2).run(ctx)
+    assert (outcome.terminal_state, outcome.successful, outcome.failure_source) == (
+        "failed", False, "player")  # fmt: skip
+    assert outcome.terminal_detail.startswith("the model stopped using its tools: 3 replies")
+    assert len(openai_double.requests) == 3
+
+
+@pytest.mark.hosts
+async def test_finish_reason_error_is_a_provider_failure_and_retried(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(
+            content="Partial answ",
+            finish_reason="error",
+            native_finish_reason="MAX",
+            usage=False,
+            generation={"total_cost": 0.0004, "tokens_prompt": 900, "tokens_completion": 7},
+        ),
+        completion(calls=[("done", {"summary": "ok"})], cost=0.0001),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    retries = [e for e in entries(events) if e["kind"] == "retry"]
+    assert len(retries) == 1 and "finish_reason error, native MAX" in retries[0]["error"]
+    # The failed generation was billed: its usage comes from GET /generation and counts.
+    assert openai_double.generation_requests == 1
+    assert [u["cost_microusd"] for u in usages(events)] == [400, 100]
+    assert usages(events)[0]["input_tokens"] == 900
+
+
+@pytest.mark.hosts
+async def test_a_length_cut_runs_nothing_and_retries_with_room(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(
+            calls=[("write_file", '{"path": "/opt/records/app.py", "content": "imp')],
+            finish_reason="length",
+            completion_tokens=4096,
+        ),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    first, second = openai_double.requests
+    assert "max_tokens" not in first  # nothing asked for, nothing sent
+    assert second["max_tokens"] == 8192
+    sent = openai_double.messages(-1)
+    assert tool_results(sent) == []  # the cut call was neither run nor blamed on the model
+    assert "cut off at the output token limit" in sent[-1]["content"]
+
+
+@pytest.mark.hosts
+async def test_content_filter_cuts_are_bounded(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [completion(content="", finish_reason="content_filter", repeat=True)]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, max_corrections=1).run(ctx)
+    assert (outcome.terminal_state, outcome.failure_source) == ("failed", "player")
+    assert "finish_reason content_filter" in outcome.terminal_detail
+    assert len(openai_double.requests) == 2
+
+
+@pytest.mark.hosts
+@pytest.mark.parametrize("style", ["deepseek", "signed"])
+async def test_reasoning_goes_back_unchanged_and_is_kept_in_the_transcript(
+    openai_double: OpenAIDouble, agents_host: Host, style: str
+) -> None:
+    openai_double.models["thinker"] = Model(reasoning_model=style)  # type: ignore[arg-type]
+    details = [{"type": "reasoning.encrypted", "data": "c2lnbmVk", "id": "r1", "index": 0}]
+    fields: dict[str, Any] = (
+        {"reasoning_content": "The unit must be checked first."}
+        if style == "deepseek"
+        else {"reasoning": "Check the unit.", "reasoning_details": details}
+    )
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "true"})], model="thinker", **fields),
+        completion(calls=[("bash", {"command": "true"})], model="thinker", **fields),
+        completion(calls=[("done", {"summary": "ok"})], model="thinker"),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, model="thinker").run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert openai_double.rejected == []
+    turns = [m for m in openai_double.messages(-1) if m["role"] == "assistant"]
+    assert all({k: t[k] for k in fields} == fields for t in turns)
+    said = [e for e in entries(events) if e["kind"] == "assistant"]
+    assert all({k: e[k] for k in fields} == fields for e in said[:2])
+    assert replay_messages(entries(events))[: len(openai_double.messages(-1))] == (
+        openai_double.messages(-1)
+    )
+
+
+@pytest.mark.hosts
+async def test_an_empty_turn_is_never_sent_back(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(content=None),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert openai_double.rejected == []
+    assert all(m["role"] != "assistant" for m in openai_double.messages(-1))
+
+
+@pytest.mark.hosts
+async def test_tool_calls_without_ids_get_ids(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(
+            calls=[("bash", {"command": "echo a"}), ("bash", {"command": "echo b"})], call_ids=False
+        ),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert outcome.terminal_detail == "ok" and openai_double.rejected == []
+    sent = openai_double.messages(-1)
+    ids = [c["id"] for c in sent[2]["tool_calls"]]
+    assert len(set(ids)) == 2 and all(ids)
+    assert [m["tool_call_id"] for m in sent[3:5]] == ids
+
+
+@pytest.mark.hosts
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        (error_in_200(502, "Provider returned error",
+                      metadata={"provider_name": "Acme", "raw": "upstream reset"}),
+         "Provider returned error (provider Acme): upstream reset"),
+        (no_choices(), "no choices"),
+        (html_page(), "not JSON"),
+        (error(503, "No allowed providers are available for the selected model",
+               headers={"Retry-After": "0"}), "HTTP 503"),
+        (error(408, "Request timed out"), "HTTP 408"),
+    ],
+)  # fmt: skip
+async def test_errors_in_any_shape_are_retried(
+    openai_double: OpenAIDouble, agents_host: Host, bad: Any, words: str
+) -> None:
+    openai_double.script = [bad, completion(calls=[("done", {"summary": "ok"})])]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    (retry,) = [e for e in entries(events) if e["kind"] == "retry"]
+    assert words in retry["error"]
+
+
+@pytest.mark.hosts
+async def test_a_402_is_the_competitors_budget_not_the_arenas_failure(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        error(402, "Insufficient credits", metadata={"limit_source": "openrouter_key_limit"})
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.failure_source) == ("terminated", "player")
+    assert outcome.terminal_detail.startswith("the API key's credits are used up (HTTP 402)")
+    assert len(openai_double.requests) == 1
+
+
+@pytest.mark.hosts
+async def test_routing_reasoning_and_temperature_are_sent_and_the_server_recorded(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "true"})], provider="DeepInfra",
+                   model="double-model-0731", reasoning_tokens=40, cost=0.0001),
+        completion(calls=[("done", {"summary": "ok"})], provider="Chutes"),
+    ]  # fmt: skip
+    routing = ProviderRouting(order=["deepinfra/fp8"], allow_fallbacks=False,
+                              quantizations=["fp8"], data_collection="deny")  # fmt: skip
+    agent = make_agent(
+        openai_double, provider=routing, reasoning=Reasoning(effort="low"), temperature=0.2,
+        extra_body={"top_p": 0.9},
+    )  # fmt: skip
+    ctx, events = make_ctx(agents_host)
+    assert (await agent.run(ctx)).terminal_detail == "ok"
+    body = openai_double.requests[0]
+    assert body["provider"] == {
+        "order": ["deepinfra/fp8"],
+        "allow_fallbacks": False,
+        "quantizations": ["fp8"],
+        "data_collection": "deny",
+    }
+    assert (body["reasoning"], body["temperature"], body["top_p"]) == ({"effort": "low"}, 0.2, 0.9)
+    assert "usage" not in body  # `usage: {include: true}` is deprecated and has no effect
+    served = [(e.get("provider"), e.get("served_model")) for e in entries(events)
+              if e["kind"] == "assistant"]  # fmt: skip
+    assert served == [("DeepInfra", "double-model-0731"), ("Chutes", "double-model")]
+    extras = [e for e in entries(events) if e["kind"] == "usage"]
+    assert extras[0]["reasoning_tokens"] == 40
+
+
+@pytest.mark.hosts
+async def test_openrouter_only_fields_are_not_sent_elsewhere(
+    plain_double: OpenAIDouble, agents_host: Host
+) -> None:
+    plain_double.script = [completion(calls=[("done", {"summary": "ok"})])]
+    agent = make_agent(plain_double, provider=ProviderRouting(order=["x"]),
+                       reasoning=Reasoning(effort="high"))  # fmt: skip
+    ctx, _ = make_ctx(agents_host)
+    assert (await agent.run(ctx)).terminal_detail == "ok"
+    body = plain_double.requests[0]
+    assert "provider" not in body and "reasoning" not in body
+    assert body["reasoning_effort"] == "high"
+
+
+@pytest.mark.hosts
+async def test_one_bad_call_among_good_ones_is_not_a_correction(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "echo good"}), ("bash", '{"command": ')]),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, max_corrections=0).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    results = tool_results(openai_double.messages(-1))
+    assert results[0].startswith("exit code: 0") and "not valid JSON" in results[1]
+
+
+@pytest.mark.hosts
+async def test_bash_is_non_interactive_and_long_output_keeps_its_tail(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[
+            ("bash", {"command": 'echo "$PAGER|$SYSTEMD_PAGER|$DEBIAN_FRONTEND"'}),
+            ("bash", {"command": "seq 1 100000; echo 'E: the real error' >&2"}),
+            ("read_file", {"path": "/etc/os-release", "offset": 0, "length": 10}),
+        ]),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]  # fmt: skip
+    ctx, _ = make_ctx(agents_host)
+    await make_agent(openai_double).run(ctx)
+    env, seq, part = tool_results(openai_double.messages(-1))
+    assert env == "exit code: 0\nstdout:\ncat||noninteractive\n"
+    assert "\n1\n2\n" in seq and seq.endswith("stderr:\nE: the real error\n")
+    assert "\n100000\n" in seq and "characters cut from the middle" in seq
+    assert part.startswith("PRETTY_NAM") and "read on with offset=10" in part
+
+
+def _big_output_turns(n: int) -> list[Any]:
+    return [
+        completion(
+            calls=[("bash", {"command": f"printf 'step {i} %.0s' $(seq 1 400)"})],
+            prompt_tokens=1000 + 900 * i,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.hosts
+async def test_a_long_session_stays_inside_a_small_window(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.models["small"] = Model(context_length=6000, max_completion_tokens=1000)
+    openai_double.script = [*_big_output_turns(12), completion(calls=[("done", {"summary": "ok"})])]
+    agent = make_agent(openai_double, model="small")
+    await agent.preflight()  # learns the window from the model list
+    ctx, events = make_ctx(agents_host)
+    outcome = await agent.run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert openai_double.rejected == []
+    assert all(openai_double.prompt_tokens(r) <= 6000 for r in openai_double.requests)
+    assert any(e["kind"] == "context" for e in entries(events))
+    assert "step 11" in tool_results(openai_double.messages(-1))[-1]
+
+
+@pytest.mark.hosts
+async def test_a_context_length_error_is_recovered_from_not_blamed_on_the_arena(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.models["small"] = Model(context_length=6000)
+    openai_double.script = [*_big_output_turns(8), completion(calls=[("done", {"summary": "ok"})])]
+    # The settings claim a window far larger than the model's: the back end says no.
+    agent = make_agent(openai_double, model="small", context_window=100_000)
+    ctx, _ = make_ctx(agents_host)
+    outcome = await agent.run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert openai_double.rejected, "the window was passed at least once"
+    assert "maximum context length is 6000" in openai_double.rejected[0][1]
