@@ -86,7 +86,7 @@ def completion(
     native_finish_reason: str | None = None,
     provider: str | None = "DoubleCloud",
     model: str = "double-model",
-    prompt_tokens: int = 100,
+    prompt_tokens: int | None = None,
     completion_tokens: int = 20,
     cached_tokens: int = 0,
     cache_write_tokens: int = 0,
@@ -102,7 +102,9 @@ def completion(
 ) -> Reply:
     """A 200 chat completion with `content` and tool `calls` (name, arguments as a dict,
     or a raw string to send malformed JSON), reasoning fields, and a usage block (`cost`
-    in USD as OpenRouter reports it). `call_ids=False` sends calls with empty ids."""
+    in USD as OpenRouter reports it; `prompt_tokens` defaults to the double's own count
+    of the request, as a real back end counts). `call_ids=False` sends calls with empty
+    ids."""
     tool_calls = [
         {
             "id": f"call_{next(_ids)}" if call_ids else "",
@@ -143,9 +145,9 @@ def completion(
         body["provider"] = provider
     if usage:
         block: dict[str, Any] = {
-            "prompt_tokens": prompt_tokens,
+            "prompt_tokens": prompt_tokens,  # None: filled in with the double's count
             "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "total_tokens": (prompt_tokens or 0) + completion_tokens,
             "prompt_tokens_details": {
                 "cached_tokens": cached_tokens,
                 "cache_write_tokens": cache_write_tokens,
@@ -408,6 +410,10 @@ class OpenAIDouble:
             payload = json.loads(json.dumps(payload))
             if reply.repeat and "id" in payload:
                 payload["id"] = f"gen-{next(_ids)}"
+            usage = payload.get("usage")
+            if isinstance(usage, dict) and usage.get("prompt_tokens") is None:
+                usage["prompt_tokens"] = self.prompt_tokens(body)
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             self._remember(payload, reply)
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
 

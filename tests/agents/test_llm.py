@@ -926,7 +926,6 @@ def _big_output_turns(n: int) -> list[Any]:
     return [
         completion(
             calls=[("bash", {"command": f"printf 'step {i} %.0s' $(seq 1 400)"})],
-            prompt_tokens=1000 + 900 * i,
         )
         for i in range(n)
     ]

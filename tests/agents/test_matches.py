@@ -15,12 +15,21 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.agents.openai_double import API_KEY, OpenAIDouble, completion, openai_double
+from tests.agents.openai_double import (
+    API_KEY,
+    Model,
+    OpenAIDouble,
+    completion,
+    error_in_200,
+    openai_double,
+)
 from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
 from tests.conftest import new_match_id, podman_names
 from tests.match.test_controller import wait_for_event
 
-from opsarena.agents.competitors import competitor_from_cli
+from opsarena.agents.competitors import Competitor, competitor_from_cli
+from opsarena.agents.registry import parse_agent_spec
+from opsarena.agents.spec import AgentSettings
 from opsarena.challenges.catalog import find_challenge
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.store import SqliteEventStore
@@ -174,3 +183,83 @@ async def test_the_seed_match_plays_against_any_reachable_endpoint(
     assert record["finish_reason"] == "all competitors finished" and record["winner"] is None
     models = {request["model"] for request in openai_double.requests}
     assert models == {"deepseek/deepseek-v4-flash-0731", "openai/gpt-5.6-luna", "z-ai/glm-5.2"}
+
+
+async def test_a_model_that_talks_reasons_overflows_and_is_cut_still_wins_a_match(
+    openai_double: OpenAIDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15's done-when: a thinking model (its reasoning must go back on every tool
+    turn, as DeepSeek's API demands) talks without acting, fills a small window with long
+    outputs (its competitor's settings overstate the window, so the back end refuses one
+    request as too long), gets an error inside a 200 and a `length` cut, and only then
+    deploys the reference service, then watches. It wins."""
+    monkeypatch.setenv("OPSARENA_LLM_BASE_URL", openai_double.base_url)
+    monkeypatch.setenv("OPSARENA_LLM_API_KEY", API_KEY)
+    openai_double.models["lab/thinker"] = Model(context_length=8000, reasoning_model="deepseek")
+    unit = UNIT.replace("durable records service", "builder-app")
+
+    def think(n: int) -> str:
+        return f"Step {n}: the brief wants a durable service; look before acting."
+
+    noisy = 'for i in $(seq 1 300); do echo "apt: reading package lists $i"; done'
+    script = [
+        completion(content="Let me look at the host first.", reasoning_content=think(0)),
+        *[
+            completion(calls=[("bash", {"command": noisy})], reasoning_content=think(n))
+            for n in range(1, 6)
+        ],
+        error_in_200(502, "Provider returned error", metadata={"provider_name": "Acme"}),
+        completion(
+            calls=[("write_file", '{"path": "/opt/records/app.py", "content": "import js')],
+            finish_reason="length", completion_tokens=2048, reasoning_content=think(6),
+        ),
+        completion(
+            calls=[
+                ("write_file", {"path": APP_PATH, "content": APP}),
+                ("write_file", {"path": UNIT_PATH, "content": unit}),
+            ],
+            reasoning_content=think(7), cost=0.001,
+        ),
+        completion(
+            calls=[("bash", {"command": "systemctl daemon-reload && "
+                             "systemctl enable --now builder-app && " + WAIT_HEALTHY})],
+            reasoning_content=think(8), cost=0.001,
+        ),
+        # It keeps watching (thinking each time) until the referee declares it durable.
+        completion(calls=[("bash", {"command": "sleep 1"})], reasoning_content=think(9),
+                   repeat=True),
+    ]  # fmt: skip
+    for reply in script:
+        if isinstance(reply.body, dict) and "choices" in reply.body:
+            reply.body["model"] = "lab/thinker"
+    openai_double.script = script
+    competitor = Competitor(
+        "builder-one",
+        "builder-one",
+        parse_agent_spec("llm:lab/thinker"),
+        AgentSettings(context_window=100_000),
+    )
+    plan = MatchPlan(
+        challenge=find_challenge("durable-records"),
+        competitors=[competitor],
+        time_limit_s=240,
+        match_id=new_match_id("m"),
+    )
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        record = await Controller(plan, store).run()
+        events = await store.read(plan.match_id)
+    transcript = [e.data["entry"] for e in events if e.type == "agent_transcript"]
+
+    assert (record.finish_reason, record.winner) == ("first durable deployment", "builder-one")
+    agent = record.agents["builder-one"]
+    assert agent.failure_source != "player" and agent.terminal_state != "failed"
+    assert openai_double.key_requests == 1  # the key was checked where OpenRouter checks it
+    refusals = [why for _, why in openai_double.rejected]
+    assert refusals and all("maximum context length is 8000" in why for why in refusals)
+    kinds = [e["kind"] for e in transcript]
+    assert "context" in kinds and "discarded" in kinds
+    retries = [e["error"] for e in transcript if e["kind"] == "retry"]
+    assert any("Provider returned error (provider Acme)" in r for r in retries)
+    thoughts = [e.get("reasoning_content") for e in transcript if e["kind"] == "assistant"]
+    assert think(0) in thoughts and think(9) in thoughts
+    assert podman_names(plan.match_id) == []

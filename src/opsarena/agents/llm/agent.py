@@ -53,6 +53,7 @@ from opsarena.agents.llm.wire import (
     Usage,
     classify_status,
     error_text,
+    input_tokens_from_error,
     read_completion,
     retry_delay,
     usage_of,
@@ -603,11 +604,15 @@ class _Session:
                     )
                 estimate = ctxwin.estimate_tokens(sent, self.chars_per_token)
                 named = window_from_error(result.why)
-                smaller = int(estimate * 0.75)
-                self.window = min(x for x in (named, self.window, smaller + self._reserve()) if x)
-                if named is not None and estimate < named:  # our estimate was low
-                    self.chars_per_token *= estimate / named
-                self.chars_per_token *= 0.85
+                counted = input_tokens_from_error(result.why)
+                if counted is not None and counted > estimate:  # our estimate was low
+                    self.chars_per_token *= estimate / counted
+                else:
+                    self.chars_per_token *= 0.8
+                fallback = int(estimate * 0.75) + self._reserve()
+                self.window = min(x for x in (named, self.window, fallback) if x)
+                if self.max_out is not None:
+                    self.max_out = min(self.max_out, max(self.window // 4, 256))
                 await self._record({"kind": "retry", "attempt": attempt, "error": result.why,
                                     "delay_s": 0.0})  # fmt: skip
                 attempt -= 1  # shedding, not a provider failure
@@ -669,7 +674,8 @@ class _Session:
         """Shed old content before a request that would not fit the window."""
         if self.window is None:
             return
-        budget = int(self.window * 0.95) - self._reserve()
+        tools = int(len(json.dumps(TOOLS)) / self.chars_per_token)
+        budget = int(self.window * 0.95) - self._reserve() - tools
 
         def estimate(messages: list[dict[str, Any]]) -> int:
             return ctxwin.estimate_tokens(messages, self.chars_per_token)

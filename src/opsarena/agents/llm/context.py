@@ -4,7 +4,7 @@ Tool output is cut to its head and tail with a marker (the error at the end of a
 journalctl log matters most). Before a request would pass the window, old tool outputs
 and the contents of old `write_file` calls are replaced by a note, oldest first; if that
 is not enough, whole old turns are dropped. The system prompt, the first user message and
-the most recent turns are always kept. Pure functions; they edit the list they are given.
+the most recent turns are kept whole as long as they fit; the newest message always is. Pure functions; they edit the list they are given.
 """
 
 from __future__ import annotations
@@ -104,6 +104,11 @@ def fit(
             note["content"] = DROPPED_NOTE.format(n=note["_dropped"])
         else:
             messages.insert(2, {"role": "user", "content": DROPPED_NOTE.format(n=1), "_dropped": 1})
+    for index in range(2, len(messages) - 1):  # last resort: all but the newest message
+        if estimate(messages) <= budget:
+            break
+        if _shed_one(messages[index]):
+            shed += 1
     return shed, dropped
 
 

@@ -95,6 +95,17 @@ def is_context_error(message: str) -> bool:
     return bool(_CONTEXT_RE.search(message))
 
 
+_INPUT_RE = re.compile(r"(\d+) (?:tokens )?of text input|prompt is (\d+) tokens|(\d+) input tokens")
+
+
+def input_tokens_from_error(message: str) -> int | None:
+    """The prompt size an over-the-window error reports, if it does."""
+    found = _INPUT_RE.search(message)
+    if not found:
+        return None
+    return int(next(g for g in found.groups() if g))
+
+
 def window_from_error(message: str) -> int | None:
     """The window an over-the-window error names ("maximum context length is N tokens")."""
     found = _WINDOW_RE.search(message)
