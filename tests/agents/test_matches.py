@@ -152,7 +152,10 @@ async def test_the_seed_match_plays_against_any_reachable_endpoint(
     openai_double: OpenAIDouble, tmp_path: Path
 ) -> None:
     """The shipped competitors file, three models, one endpoint: every agent's usage and
-    the provider's cost land in the record under the seed's agent names."""
+    the provider's cost land in the record under the seed's agent names, and each model's
+    routing and reasoning settings reach the endpoint."""
+    for name in ("deepseek/deepseek-v4-flash-0731", "openai/gpt-5.6-luna", "z-ai/glm-5.2"):
+        openai_double.models[name] = Model()
     openai_double.script = [
         completion(
             calls=[("done", {"summary": "nothing deployed"})],
@@ -181,8 +184,12 @@ async def test_the_seed_match_plays_against_any_reachable_endpoint(
         assert agent["cost_microusd"] == 500
         assert agent["terminal_state"] == "completed"
     assert record["finish_reason"] == "all competitors finished" and record["winner"] is None
-    models = {request["model"] for request in openai_double.requests}
-    assert models == {"deepseek/deepseek-v4-flash-0731", "openai/gpt-5.6-luna", "z-ai/glm-5.2"}
+    sent = {request["model"]: request for request in openai_double.requests}
+    assert set(sent) == {"deepseek/deepseek-v4-flash-0731", "openai/gpt-5.6-luna", "z-ai/glm-5.2"}
+    assert sent["openai/gpt-5.6-luna"]["provider"] == {"only": ["openai"], "allow_fallbacks": False}
+    assert sent["deepseek/deepseek-v4-flash-0731"]["reasoning"] == {"effort": "high"}
+    assert sent["z-ai/glm-5.2"]["temperature"] == 0.6
+    assert all(r["max_tokens"] == 16_000 for r in sent.values())
 
 
 async def test_a_model_that_talks_reasons_overflows_and_is_cut_still_wins_a_match(

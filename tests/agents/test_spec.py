@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import opsarena.agents.spec
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.competitors import competitor_from_cli, load_competitors, parse_competitors
 from opsarena.agents.human import HumanAgent
@@ -189,3 +192,56 @@ def test_a_builder_from_the_command_line() -> None:
     assert (competitor.territory, competitor.name, competitor.kind) == ("a", "a", "command")
     with pytest.raises(AgentSpecError, match="territory 'A!' is not valid"):
         competitor_from_cli("A!", "human")
+
+
+def test_the_seed_example_sets_routing_and_reasoning_per_model() -> None:
+    loaded = load_competitors(EXAMPLE)
+    deepseek, luna, glm = (c.build(ENV) for c in loaded.competitors)
+    assert isinstance(deepseek, LlmAgent) and isinstance(luna, LlmAgent)
+    assert isinstance(glm, LlmAgent)
+    assert deepseek.provider is not None and deepseek.provider.order == ["deepseek"]
+    assert luna.provider is not None and luna.provider.allow_fallbacks is False
+    assert deepseek.reasoning is not None and deepseek.reasoning.effort == "high"
+    assert (glm.temperature, glm.max_output_tokens) == (0.6, 16_000)
+
+
+@pytest.mark.parametrize(
+    ("table", "words"),
+    [
+        ("bash_timeout_s = -5", "bash_timeout_s: Value error, must be a finite number above 0"),
+        ("request_timeout_s = 0", "request_timeout_s: Value error, must be a finite number"),
+        ("bash_timeout_s = nan", "bash_timeout_s: Value error, must be a finite number"),
+        ("limits = { wall_s = inf }", "limits.wall_s: Value error, must be a finite number"),
+        ("extra_body = { messages = [] }", "extra_body: Value error, may not set messages"),
+        ('reasoning = { effort = "high", max_tokens = 100 }', "give effort or max_tokens"),
+        ('reasoning = { effort = "huge" }', "reasoning.effort: Input should be"),
+        ('provider = { order = ["a"], prefer = "b" }', "provider.prefer: Extra inputs"),
+        ('provider = { data_collection = "maybe" }', "provider.data_collection: Input should"),
+        ("temperature = 3", "temperature: Input should be less than or equal to 2"),
+    ],
+)
+def test_llm_settings_are_checked_one_line_each(table: str, words: str) -> None:
+    text = f'[territories.a]\nagent = "llm:m"\n{table}\n'
+    with pytest.raises(CompetitorsFileError) as exc:
+        parse_competitors(text, "c.toml")
+    assert str(exc.value).startswith("c.toml: territories.a.")
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_llm_settings_do_not_apply_to_other_kinds() -> None:
+    with pytest.raises(CompetitorsFileError, match="setting reasoning does not apply to command"):
+        parse_competitors(
+            '[territories.a]\nagent = "command:./x"\nreasoning = { effort = "low" }\n', "c.toml"
+        )
+
+
+def test_specs_describe_and_only_the_registry_imports_the_agents() -> None:
+    """Item 8 of issue 15: no import circle between spec and the agent modules."""
+    code = (
+        "import sys; import opsarena.agents.spec, opsarena.agents.llm, opsarena.agents.command; "
+        "print(sorted(m for m in sys.modules if m == 'opsarena.agents.registry'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    source = Path(opsarena.agents.spec.__file__).read_text()
+    assert "opsarena.agents.llm" not in source and "opsarena.agents.command" not in source

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def _finite_positive(value: float | None) -> float | None:
@@ -77,9 +77,11 @@ class Reasoning(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)
     exclude: bool | None = None
 
-    def model_post_init(self, __context: Any) -> None:
+    @model_validator(mode="after")
+    def _one_of(self) -> Reasoning:
         if self.effort is not None and self.max_tokens is not None:
-            raise ValueError("give reasoning.effort or reasoning.max_tokens, not both")
+            raise ValueError("give effort or max_tokens, not both")
+        return self
 
 
 RESERVED_BODY_KEYS = frozenset(

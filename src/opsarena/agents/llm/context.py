@@ -3,8 +3,9 @@
 Tool output is cut to its head and tail with a marker (the error at the end of an apt or
 journalctl log matters most). Before a request would pass the window, old tool outputs
 and the contents of old `write_file` calls are replaced by a note, oldest first; if that
-is not enough, whole old turns are dropped. The system prompt, the first user message and
-the most recent turns are kept whole as long as they fit; the newest message always is. Pure functions; they edit the list they are given.
+is not enough, whole old turns are dropped, and last the bulk of recent turns too. The
+system prompt, the first user message and the newest message are always kept whole.
+Pure functions; they edit the list they are given.
 """
 
 from __future__ import annotations

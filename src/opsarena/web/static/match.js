@@ -207,13 +207,46 @@ function transcriptEntry(event) {
   else if (kind === "put") head = `put ${entry.path} (${entry.bytes} bytes)`;
   else if (kind === "retry") head = `attempt ${entry.attempt}, retry in ${entry.delay_s}s`;
   else if (kind === "tool_result") head = entry.name || "";
+  else if (kind === "assistant" || kind === "discarded") head = servedBy(entry);
   const node = el("div", { class: "entry", "data-kind": kind },
     el("span", { class: "kind" }, kind), el("span", { class: "dim" }, duration(event.t_ms)), " ",
     head ? el("code", {}, head) : null);
+  const thought = reasoningText(entry);
+  if (thought) node.append(reasoningBlock(thought));
   for (const key of ["content", "stdout", "stderr", "error"]) {
     if (entry[key]) node.append(longText(key === "content" ? "" : key, entry[key]));
   }
   return node;
+}
+
+// Which provider and model served a reply, and how it finished (the llm agent records it).
+function servedBy(entry) {
+  const parts = [entry.provider, entry.served_model].filter(Boolean);
+  if (entry.why) parts.push(`not sent back: ${entry.why}`);
+  else if (entry.finish_reason && entry.finish_reason !== "stop" && entry.finish_reason !== "tool_calls") {
+    parts.push(`finish ${entry.finish_reason}`);
+  }
+  return parts.join(" · ");
+}
+
+// A reply's reasoning: `reasoning` / `reasoning_content` text, else the readable parts of
+// `reasoning_details` (encrypted parts are only counted).
+function reasoningText(entry) {
+  const text = entry.reasoning || entry.reasoning_content;
+  if (typeof text === "string" && text.trim()) return text;
+  if (!Array.isArray(entry.reasoning_details)) return "";
+  const readable = entry.reasoning_details
+    .map((d) => (d && (d.text || d.summary)) || "").filter(Boolean).join("\n");
+  const hidden = entry.reasoning_details.filter((d) => d && d.type === "reasoning.encrypted").length;
+  return readable || (hidden ? `(${hidden} encrypted reasoning block${hidden > 1 ? "s" : ""})` : "");
+}
+
+// Reasoning is shown collapsed: a summary line, the text on a click.
+function reasoningBlock(text) {
+  const first = text.split("\n")[0].slice(0, 80);
+  return el("details", { class: "reasoning" },
+    el("summary", { class: "dim" }, `reasoning: ${first}${text.length > 80 ? "…" : ""} (${text.length} chars)`),
+    el("pre", {}, text));
 }
 
 function addToTranscript(event) {
