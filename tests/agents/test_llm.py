@@ -52,6 +52,7 @@ from opsarena.agents.llm import (
     priced_cost_microusd,
     read_completion,
     replay_messages,
+    request_fields,
     resolve_endpoint,
     retry_delay,
     usage_of,
@@ -961,3 +962,64 @@ async def test_a_context_length_error_is_recovered_from_not_blamed_on_the_arena(
     assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
     assert openai_double.rejected, "the window was passed at least once"
     assert "maximum context length is 6000" in openai_double.rejected[0][1]
+
+
+def test_request_fields_fit_the_endpoint() -> None:
+    common: dict[str, Any] = {
+        "temperature": None, "reasoning": Reasoning(max_tokens=2000, exclude=True),
+        "provider": ProviderRouting(only=["a"]), "extra_body": {},
+    }  # fmt: skip
+    assert request_fields(max_out=None, openai=False, openrouter=False, **common) == {}
+    assert request_fields(max_out=900, openai=True, openrouter=False, **common) == {
+        "max_completion_tokens": 900
+    }
+    assert request_fields(max_out=900, openai=False, openrouter=True, **common) == {
+        "max_tokens": 900,
+        "reasoning": {"max_tokens": 2000, "exclude": True},
+        "provider": {"only": ["a"]},
+    }
+
+
+@pytest.mark.hosts
+async def test_a_persistent_shell_keeps_cwd_and_environment(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "cd /etc && export GREETING='hi there'; exit 3"}),
+                          ("bash", {"command": 'pwd; echo "$GREETING"'}),
+                          ("bash", {"command": "sleep 30 & echo started", "timeout_s": 2})]),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]  # fmt: skip
+    ctx, _ = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, persistent_shell=True).run(ctx)
+    assert outcome.terminal_detail == "ok"
+    first, second, third = tool_results(openai_double.messages(-1))
+    assert first == "exit code: 3"
+    assert second == "exit code: 0\nstdout:\n/etc\nhi there\n"
+    # A background job holding stdout does not hold the call (at most until its timeout).
+    assert third.startswith("exit code: ") and "started" in third
+    openai_double.script = [
+        completion(calls=[("bash", {"command": 'pwd; echo "[$GREETING]"'})]),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, _ = make_ctx(agents_host)
+    await make_agent(openai_double).run(ctx)  # not persistent: a fresh shell
+    (fresh,) = tool_results(openai_double.messages(-1))
+    assert fresh == "exit code: 0\nstdout:\n/\n[]\n"
+    await agents_host.exec("rm -f /run/opsarena-llm-shell.env", timeout=10)
+
+
+@pytest.mark.hosts
+async def test_a_timed_out_request_is_resent_and_its_unknown_usage_warned(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[("done", {"summary": "late"})], delay_s=2.0),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, request_timeout_s=0.5).run(ctx)
+    assert outcome.terminal_detail == "ok"
+    assert [e["error"] for e in entries(events) if e["kind"] == "retry"] == ["request timed out"]
+    warnings = [e["content"] for e in entries(events) if e["kind"] == "warning"]
+    assert any("may bill it" in w for w in warnings)

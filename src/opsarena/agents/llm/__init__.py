@@ -18,6 +18,7 @@ from opsarena.agents.llm.agent import (
     limit_reached,
     normalise_calls,
     replay_messages,
+    request_fields,
 )
 from opsarena.agents.llm.context import fit, head_tail
 from opsarena.agents.llm.endpoint import Endpoint, builtin_prices, resolve_endpoint
@@ -58,6 +59,7 @@ __all__ = [
     "priced_cost_microusd",
     "read_completion",
     "replay_messages",
+    "request_fields",
     "resolve_endpoint",
     "retry_delay",
     "usage_of",

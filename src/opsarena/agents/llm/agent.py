@@ -82,7 +82,7 @@ SYSTEM_PROMPT = """\
 You are a competitor in opsarena, a live infrastructure challenge. You are root on your \
 own Linux host (Debian, systemd as init). The host has no network access beyond its own \
 loopback. You act on it only through your tools:
-- bash: run a command in the host through `bash -c` (a fresh shell each call, stdin empty, \
+- bash: run a command in the host through `bash -c` ({shell}, stdin empty, \
 no pager; it is killed after {timeout:g} seconds unless you pass timeout_s; long output \
 shows its head and tail, about {limit} characters per stream);
 - read_file / write_file: read (a part of) or replace a whole file in the host;
@@ -206,6 +206,36 @@ def normalise_calls(raw: list[dict[str, Any]], turn: int) -> list[dict[str, Any]
     return calls
 
 
+def request_fields(
+    *,
+    max_out: int | None,
+    openai: bool,
+    openrouter: bool,
+    temperature: float | None,
+    reasoning: Reasoning | None,
+    provider: ProviderRouting | None,
+    extra_body: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What goes in a request besides model, messages and tools. An output limit only when
+    there is one (`max_completion_tokens` for api.openai.com, whose reasoning models refuse
+    `max_tokens`); OpenRouter's `reasoning` and `provider` objects only to OpenRouter
+    (elsewhere `reasoning_effort`); `extra_body` last."""
+    body: dict[str, Any] = {}
+    if max_out is not None:
+        body["max_completion_tokens" if openai else "max_tokens"] = max_out
+    if temperature is not None:
+        body["temperature"] = temperature
+    if reasoning is not None:
+        if openrouter:
+            body["reasoning"] = reasoning.model_dump(exclude_none=True)
+        elif reasoning.effort is not None:
+            body["reasoning_effort"] = reasoning.effort
+    if provider is not None and openrouter:
+        body["provider"] = provider.model_dump(exclude_none=True)
+    body.update(extra_body)
+    return body
+
+
 def replay_messages(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rebuild the chat messages the agent sent from its transcript entries (the `entry`
     of each `agent_transcript` event, in order), before any shedding for the context
@@ -273,6 +303,7 @@ class LlmAgent(Agent):
         reasoning: Reasoning | None = None,
         temperature: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        persistent_shell: bool = False,
         tool_output_limit: int = TOOL_OUTPUT_LIMIT,
         transcript_limit: int = TRANSCRIPT_FIELD_LIMIT,
         sleep: Callable[[float], Any] = asyncio.sleep,
@@ -294,6 +325,7 @@ class LlmAgent(Agent):
         self.reasoning = reasoning
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
+        self.persistent_shell = persistent_shell
         self.tool_output_limit = tool_output_limit
         self.transcript_limit = transcript_limit
         self.sleep = sleep
@@ -317,6 +349,7 @@ class LlmAgent(Agent):
             reasoning=settings.reasoning,
             temperature=settings.temperature,
             extra_body=settings.extra_body,
+            persistent_shell=bool(settings.persistent_shell),
         )
 
     @property
@@ -408,8 +441,17 @@ class _Session:
 
     async def _loop(self, client: AsyncOpenAI) -> AgentOutcome:
         agent = self.agent
+        shell = (
+            "one session: the working directory and exported variables carry over to the "
+            "next call, but each call still ends at its timeout with all it started"
+            if agent.persistent_shell
+            else "a fresh shell each call"
+        )
         prompt = SYSTEM_PROMPT.format(
-            timeout=agent.bash_timeout_s, limit=agent.tool_output_limit, brief=self.ctx.brief
+            shell=shell,
+            timeout=agent.bash_timeout_s,
+            limit=agent.tool_output_limit,
+            brief=self.ctx.brief,
         )
         await self._add({"role": "system", "content": prompt}, {"kind": "system"})
         await self._add({"role": "user", "content": START_MESSAGE}, {"kind": "user"})
@@ -519,6 +561,7 @@ class _Session:
                     args,
                     bash_timeout_s=self.agent.bash_timeout_s,
                     limit=self.agent.tool_output_limit,
+                    persistent=self.agent.persistent_shell,
                 )
             await self._add(
                 {"role": "tool", "tool_call_id": call["id"], "content": result},
@@ -533,24 +576,16 @@ class _Session:
     # --- requests ---------------------------------------------------------------------
 
     def _body(self) -> dict[str, Any]:
-        """What goes in the request besides model, messages and tools."""
         agent = self.agent
-        body: dict[str, Any] = {}
-        if self.max_out is not None:
-            body["max_completion_tokens" if agent.endpoint.is_openai else "max_tokens"] = (
-                self.max_out
-            )
-        if agent.temperature is not None:
-            body["temperature"] = agent.temperature
-        if agent.reasoning is not None:
-            if self.agent.openrouter:
-                body["reasoning"] = agent.reasoning.model_dump(exclude_none=True)
-            elif agent.reasoning.effort is not None:
-                body["reasoning_effort"] = agent.reasoning.effort
-        if agent.provider is not None and self.agent.openrouter:
-            body["provider"] = agent.provider.model_dump(exclude_none=True)
-        body.update(agent.extra_body)
-        return body
+        return request_fields(
+            max_out=self.max_out,
+            openai=agent.endpoint.is_openai,
+            openrouter=agent.openrouter,
+            temperature=agent.temperature,
+            reasoning=agent.reasoning,
+            provider=agent.provider,
+            extra_body=agent.extra_body,
+        )
 
     async def _complete(self, client: AsyncOpenAI) -> Completion:
         agent = self.agent

@@ -1,7 +1,9 @@
 """The llm agent's tools: their schemas, checking a call's arguments, and running them.
 
 `bash` runs a command through `bash -c` in a non-interactive environment (`PAGER=cat`,
-`SYSTEMD_PAGER=`, `DEBIAN_FRONTEND=noninteractive`; stdin is empty); `read_file` reads a
+`SYSTEMD_PAGER=`, `DEBIAN_FRONTEND=noninteractive`; stdin is empty), optionally as a
+persistent session (working directory and exported variables carried from call to call;
+every call still ends at its timeout, whatever it left running); `read_file` reads a
 byte range of a file; `write_file` replaces a file; `done` ends the run. What the model
 sees of a command's output is its head and tail (`context.head_tail`).
 """
@@ -26,6 +28,24 @@ READ_FILE_LIMIT = 4 * 1024 * 1024
 
 NONINTERACTIVE = "export PAGER=cat GIT_PAGER=cat SYSTEMD_PAGER= DEBIAN_FRONTEND=noninteractive\n"
 """Prefixed to every bash command: no pager or prompt waits for a terminal."""
+SESSION_STATE = "/run/opsarena-llm-shell.env"
+"""Where a persistent session keeps its working directory and exported environment,
+inside the host. /run is emptied by a reboot, as a real shell would be lost."""
+SESSION_OPEN = (
+    "[ -r STATE ] && . STATE\n"
+    'cd "${OPSARENA_SHELL_CWD:-/root}" 2>/dev/null || cd /\n'
+    "__opsarena_save() { { export -p | grep -v -e ' OPSARENA_SHELL_CWD=' -e ' PWD='"
+    " -e ' OLDPWD=' -e ' SHLVL='; printf 'OPSARENA_SHELL_CWD=%q\\n' \"$PWD\"; }"
+    " > STATE.new && mv STATE.new STATE; }\n"
+    "trap __opsarena_save EXIT\n"
+).replace("STATE", SESSION_STATE)
+"""Prefixed to a command of a persistent session: restore, and save again on exit."""
+
+
+def bash_script(command: str, *, persistent: bool) -> str:
+    """The script `bash -c` runs for one `bash` call: non-interactive, and for a persistent
+    session with the working directory and exported variables of the previous call."""
+    return (SESSION_OPEN if persistent else "") + NONINTERACTIVE + command
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -181,14 +201,22 @@ def read_slice(data: bytes, offset: int, length: int) -> str:
 
 
 async def run_tool(
-    host: Host, name: str, args: dict[str, Any], *, bash_timeout_s: float, limit: int
+    host: Host,
+    name: str,
+    args: dict[str, Any],
+    *,
+    bash_timeout_s: float,
+    limit: int,
+    persistent: bool = False,
 ) -> str:
     """Run one checked call on `host`; host failures come back as the model's error text."""
     try:
         if name == "bash":
             timeout = min(float(args.get("timeout_s") or bash_timeout_s), MAX_BASH_TIMEOUT)
             result = await host.exec(
-                NONINTERACTIVE + args["command"], timeout=timeout, output_limit=CAPTURE_LIMIT
+                bash_script(args["command"], persistent=persistent),
+                timeout=timeout,
+                output_limit=CAPTURE_LIMIT,
             )
             return format_exec_result(result, timeout, limit)
         if name == "read_file":
