@@ -20,8 +20,10 @@ Valid requests take the next scripted `Reply` (one with `repeat` answers every l
 request too). The helpers make every real answer: completions with reasoning fields,
 `finish_reason` and `native_finish_reason`, `provider`, usage with `cost`,
 `cost_details`, `is_byok` and token details; error bodies with `metadata`; errors inside
-a 200; no choices; an HTML page; Retry-After headers. Every request body is kept in
-`requests` (valid ones) and `rejected` (with the 400 message).
+a 200; no choices; an HTML page; Retry-After headers. A request with `stream: true` is
+answered as server-sent events (deltas, usage in the last chunk, an error event
+mid-stream for an error reply; `stall_s` pauses after the first chunk). Every request
+body is kept in `requests` (valid ones) and `rejected` (with the 400 message).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Literal
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 API_KEY = "test-key"
 CHARS_PER_TOKEN = 4
@@ -61,6 +63,8 @@ class Reply:
     content_type: str = "application/json"
     generation: dict[str, Any] | None = None
     """What GET /generation reports for this reply's id (default: from its usage)."""
+    stall_s: float = 0.0
+    """Streamed: wait this long after the first chunk (a provider that stalls)."""
 
 
 @dataclass
@@ -196,6 +200,55 @@ def html_page(status: int = 200) -> Reply:
     """What a proxy in the way sends: an HTML page."""
     page = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
     return Reply(status=status, body=page, content_type="text/html")
+
+
+def _halves(text: str) -> list[str]:
+    middle = len(text) // 2
+    return [part for part in (text[:middle], text[middle:]) if part]
+
+
+async def _sse(payload: dict[str, Any], stall_s: float) -> AsyncIterator[bytes]:
+    """A response as OpenRouter streams it: deltas, the finish reason, usage last. An error
+    body becomes an error event mid-stream, after a first chunk, as OpenRouter sends one."""
+    gen = payload.get("id") or f"gen-{next(_ids)}"
+    head = {"id": gen, "object": "chat.completion.chunk", "created": 1_780_000_000,
+            "model": payload.get("model", "double-model")}  # fmt: skip
+    if payload.get("provider"):
+        head["provider"] = payload["provider"]
+
+    def event(choices: list[dict[str, Any]], **more: Any) -> bytes:
+        return f"data: {json.dumps({**head, 'choices': choices, **more})}\n\n".encode()
+
+    yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+    if stall_s:
+        await asyncio.sleep(stall_s)
+    if "error" in payload:
+        yield event([{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}],
+                    error=payload["error"])  # fmt: skip
+        yield b"data: [DONE]\n\n"
+        return
+    choice = payload["choices"][0]
+    message = choice["message"]
+    for key in ("reasoning", "reasoning_content"):
+        for part in _halves(message.get(key) or ""):
+            yield event([{"index": 0, "delta": {key: part}}])
+    if message.get("reasoning_details"):
+        yield event([{"index": 0, "delta": {"reasoning_details": message["reasoning_details"]}}])
+    for part in _halves(message.get("content") or ""):
+        yield event([{"index": 0, "delta": {"content": part}}])
+    for index, call in enumerate(message.get("tool_calls") or []):
+        first, *rest = _halves(call["function"]["arguments"]) or [""]
+        yield event([{"index": 0, "delta": {"tool_calls": [{"index": index, "id": call["id"],
+                     "type": "function", "function": {"name": call["function"]["name"],
+                     "arguments": first}}]}}])  # fmt: skip
+        for part in rest:
+            yield event([{"index": 0, "delta": {"tool_calls": [
+                {"index": index, "function": {"arguments": part}}]}}])  # fmt: skip
+    yield event([{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason"),
+                  "native_finish_reason": choice.get("native_finish_reason")}])  # fmt: skip
+    if payload.get("usage"):
+        yield event([], usage=payload["usage"])
+    yield b"data: [DONE]\n\n"
 
 
 class OpenAIDouble:
@@ -415,6 +468,11 @@ class OpenAIDouble:
                 usage["prompt_tokens"] = self.prompt_tokens(body)
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             self._remember(payload, reply)
+            if body.get("stream") and reply.status == 200:
+                return StreamingResponse(
+                    _sse(payload, reply.stall_s), headers=reply.headers,
+                    media_type="text/event-stream",
+                )  # fmt: skip
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
 
         return app

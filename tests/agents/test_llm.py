@@ -1023,3 +1023,47 @@ async def test_a_timed_out_request_is_resent_and_its_unknown_usage_warned(
     assert [e["error"] for e in entries(events) if e["kind"] == "retry"] == ["request timed out"]
     warnings = [e["content"] for e in entries(events) if e["kind"] == "warning"]
     assert any("may bill it" in w for w in warnings)
+
+
+@pytest.mark.hosts
+async def test_streaming_reassembles_replies_and_takes_usage_from_the_last_chunk(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.models["thinker"] = Model(reasoning_model="deepseek")
+    openai_double.script = [
+        completion(content="Looking first.", reasoning_content="Think about the unit.",
+                   calls=[("bash", {"command": "echo streamed"})], model="thinker",
+                   prompt_tokens=500, completion_tokens=60, cost=0.0007),
+        error_in_200(502, "Provider returned error", metadata={"provider_name": "Acme"}),
+        completion(calls=[("done", {"summary": "ok"})], model="thinker", cost=0.0001),
+    ]  # fmt: skip
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, model="thinker", stream=True).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert all(r["stream"] is True for r in openai_double.requests)
+    assert openai_double.rejected == []  # the reasoning went back whole
+    sent = openai_double.messages(-1)
+    assert sent[2]["content"] == "Looking first."
+    assert sent[2]["reasoning_content"] == "Think about the unit."
+    assert sent[2]["tool_calls"][0]["function"]["arguments"] == '{"command": "echo streamed"}'
+    assert tool_results(sent) == ["exit code: 0\nstdout:\nstreamed\n"]
+    assert usages(events)[0]["cost_microusd"] == 700
+    (retry,) = [e for e in entries(events) if e["kind"] == "retry"]
+    assert "error in the stream: Provider returned error (provider Acme)" in retry["error"]
+
+
+@pytest.mark.hosts
+async def test_a_stalled_stream_is_resent_and_its_billed_usage_looked_up(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    stalled = completion(calls=[("done", {"summary": "late"})], cost=0.0003)
+    stalled.stall_s = 3.0
+    openai_double.script = [stalled, completion(calls=[("done", {"summary": "ok"})], cost=0.0001)]
+    ctx, events = make_ctx(agents_host)
+    agent = make_agent(openai_double, stream=True, request_timeout_s=0.5)
+    outcome = await agent.run(ctx)
+    assert outcome.terminal_detail == "ok"
+    (retry,) = [e for e in entries(events) if e["kind"] == "retry"]
+    assert retry["error"].startswith("request timed out (mid-stream, generation gen-")
+    assert openai_double.generation_requests == 1
+    assert [u["cost_microusd"] for u in usages(events)] == [300, 100]

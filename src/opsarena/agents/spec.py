@@ -103,6 +103,7 @@ LLM_ONLY_SETTINGS = frozenset(
         "temperature",
         "extra_body",
         "persistent_shell",
+        "stream",
     }
 )
 COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s"})
@@ -131,6 +132,7 @@ class AgentSettings(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     extra_body: dict[str, Any] | None = None
     persistent_shell: bool | None = None
+    stream: bool | None = None
     env: dict[str, str] = Field(default_factory=dict)
     grace_s: float | None = Field(default=None, gt=0, description="SIGTERM to SIGKILL")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from openai import APIConnectionError, APIStatusError, APITimeoutError, AsyncOpenAI
+from openai import APIConnectionError, APIError, APIStatusError, APITimeoutError, AsyncOpenAI
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.llm import context as ctxwin
@@ -50,6 +50,7 @@ from opsarena.agents.llm.wire import (
     Completion,
     Problem,
     RetryPolicy,
+    StreamedReply,
     Usage,
     classify_status,
     error_text,
@@ -304,6 +305,7 @@ class LlmAgent(Agent):
         temperature: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
         persistent_shell: bool = False,
+        stream: bool = False,
         tool_output_limit: int = TOOL_OUTPUT_LIMIT,
         transcript_limit: int = TRANSCRIPT_FIELD_LIMIT,
         sleep: Callable[[float], Any] = asyncio.sleep,
@@ -326,6 +328,7 @@ class LlmAgent(Agent):
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         self.persistent_shell = persistent_shell
+        self.stream = stream
         self.tool_output_limit = tool_output_limit
         self.transcript_limit = transcript_limit
         self.sleep = sleep
@@ -350,6 +353,7 @@ class LlmAgent(Agent):
             temperature=settings.temperature,
             extra_body=settings.extra_body,
             persistent_shell=bool(settings.persistent_shell),
+            stream=bool(settings.stream),
         )
 
     @property
@@ -387,6 +391,14 @@ def _status_message(exc: APIStatusError) -> str:
     if isinstance(body, str) and body.strip():
         return body
     return exc.message
+
+
+def _status_problem(exc: APIStatusError) -> Problem:
+    message = _one_line(_status_message(exc), 500)
+    kind = classify_status(exc.status_code, message)
+    return Problem(
+        kind, f"HTTP {exc.status_code}: {message}", exc.status_code, exc.response.headers
+    )
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -603,7 +615,7 @@ class _Session:
                 return result
             if result.usage is not None or result.generation_id is not None:
                 await self._count(result.usage, result.generation_id)
-            elif result.status is None and "timed out" in result.why:
+            elif result.status is None and result.why.startswith("request timed out"):
                 self.spent.unknown_cost_requests += 1
                 await self._warn(
                     "timeout",
@@ -668,6 +680,8 @@ class _Session:
     async def _request(
         self, client: AsyncOpenAI, sent: list[dict[str, Any]]
     ) -> Completion | Problem:
+        if self.agent.stream:
+            return await self._stream(client, sent)
         try:
             raw = await client.chat.completions.with_raw_response.create(
                 model=self.agent.model,
@@ -676,10 +690,7 @@ class _Session:
                 extra_body=self._body() or None,
             )
         except APIStatusError as exc:
-            message = _one_line(_status_message(exc), 500)
-            why = f"HTTP {exc.status_code}: {message}"
-            kind = classify_status(exc.status_code, message)
-            return Problem(kind, why, exc.status_code, exc.response.headers)
+            return _status_problem(exc)
         except APIConnectionError as exc:
             why = "request timed out" if isinstance(exc, APITimeoutError) else str(exc)
             return Problem("retry", why or type(exc).__name__)
@@ -699,6 +710,40 @@ class _Session:
                 result.generation_id,
             )
         return result
+
+    async def _stream(
+        self, client: AsyncOpenAI, sent: list[dict[str, Any]]
+    ) -> Completion | Problem:
+        """One streamed request: usage comes in the final chunk; an error event mid-stream
+        or a stall past the request timeout is a provider failure whose generation id is
+        known (so its usage can be looked up)."""
+        extra = self._body()
+        if not self.agent.openrouter:  # OpenRouter always sends usage; others must be asked
+            extra["stream_options"] = {"include_usage": True}
+        reply = StreamedReply()
+        try:
+            async with asyncio.timeout(self.agent.request_timeout_s):
+                stream = await client.chat.completions.create(
+                    model=self.agent.model,
+                    messages=cast(Any, sent),
+                    tools=cast(Any, TOOLS),
+                    stream=True,
+                    extra_body=extra,
+                )
+                async for chunk in stream:
+                    reply.add(chunk.to_dict())
+        except APIStatusError as exc:
+            return _status_problem(exc)
+        except (APIConnectionError, TimeoutError) as exc:
+            timed_out = isinstance(exc, APITimeoutError | TimeoutError)
+            why = "request timed out" if timed_out else str(exc) or type(exc).__name__
+            if reply.id is not None:
+                why += f" (mid-stream, generation {reply.id})"
+            return Problem("retry", why, None, None, reply.usage, reply.id)
+        except APIError as exc:  # an error event in the stream
+            why = f"error in the stream: {error_text(exc.body) if exc.body else exc.message}"
+            return Problem("retry", why, None, None, reply.usage, reply.id)
+        return read_completion(reply.body())
 
     def _reserve(self) -> int:
         if self.max_out is not None:

@@ -47,6 +47,7 @@ def bash_script(command: str, *, persistent: bool) -> str:
     session with the working directory and exported variables of the previous call."""
     return (SESSION_OPEN if persistent else "") + NONINTERACTIVE + command
 
+
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",

@@ -308,3 +308,98 @@ def usage_of_generation(data: Mapping[str, Any], price: Price | None) -> Usage:
         "cost_details": {"upstream_inference_cost": data.get("upstream_inference_cost")},
     }
     return usage_of(raw, price)
+
+
+# --- streaming --------------------------------------------------------------------------
+
+
+@dataclass
+class StreamedReply:
+    """A streamed response put back together, chunk by chunk (`add`), into the body a
+    non-streamed response would have had (`body`)."""
+
+    id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    content: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    native_finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        for key in ("id", "model", "provider"):
+            if isinstance(chunk.get(key), str) and getattr(self, key) is None:
+                setattr(self, key, chunk[key])
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            if choice.get("native_finish_reason"):
+                self.native_finish_reason = choice["native_finish_reason"]
+            delta = choice.get("delta")
+            if isinstance(delta, Mapping):
+                self._delta(delta)
+
+    def _delta(self, delta: Mapping[str, Any]) -> None:
+        if isinstance(delta.get("content"), str):
+            self.content += delta["content"]
+        for key in ("reasoning", "reasoning_content"):
+            if isinstance(delta.get(key), str):
+                self.fields[key] = self.fields.get(key, "") + delta[key]
+        for detail in delta.get("reasoning_details") or []:
+            details = self.fields.setdefault("reasoning_details", [])
+            last = details[-1] if details else None
+            if (
+                isinstance(last, dict)
+                and isinstance(detail, Mapping)
+                and last.get("index") == detail.get("index")
+                and last.get("type") == detail.get("type")
+                and isinstance(detail.get("text"), str)
+            ):
+                last["text"] = str(last.get("text") or "") + detail["text"]
+                last.update({k: v for k, v in detail.items() if k != "text" and v is not None})
+            else:
+                details.append(dict(detail) if isinstance(detail, Mapping) else detail)
+        for call in delta.get("tool_calls") or []:
+            if not isinstance(call, Mapping):
+                continue
+            slot = self.calls.setdefault(
+                int(call.get("index") or 0),
+                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if call.get("id"):
+                slot["id"] = call["id"]
+            function = call.get("function")
+            if isinstance(function, Mapping):
+                if function.get("name"):
+                    slot["function"]["name"] = function["name"]
+                if isinstance(function.get("arguments"), str):
+                    slot["function"]["arguments"] += function["arguments"]
+
+    def body(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        message.update(self.fields)
+        body: dict[str, Any] = {
+            "id": self.id,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": self.finish_reason,
+                    "native_finish_reason": self.native_finish_reason,
+                }
+            ],
+        }
+        if self.provider is not None:
+            body["provider"] = self.provider
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
