@@ -560,6 +560,9 @@ def test_empty_turns_are_not_sent_back_and_calls_get_ids() -> None:
                              {"function": {"name": "done"}}], turn=4)  # fmt: skip
     assert [c["id"] for c in calls] == ["call_t4_0", "call_t4_1"]
     assert calls[1]["function"] == {"name": "done", "arguments": ""}
+    as_object = normalise_calls([{"id": "a", "function": {"name": "bash",
+                                 "arguments": {"command": "ls"}}}], turn=1)  # fmt: skip
+    assert as_object[0]["function"]["arguments"] == '{"command": "ls"}'
 
 
 @pytest.mark.parametrize("bad", ["-5", "0", "NaN", "Infinity"])

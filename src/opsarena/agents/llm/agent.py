@@ -200,11 +200,19 @@ def normalise_calls(raw: list[dict[str, Any]], turn: int) -> list[dict[str, Any]
                 "type": "function",
                 "function": {
                     "name": str(function.get("name") or ""),
-                    "arguments": str(function.get("arguments") or ""),
+                    "arguments": _arguments_text(function.get("arguments")),
                 },
             }
         )
     return calls
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as the string the wire format wants (some providers send an
+    object)."""
+    if isinstance(arguments, Mapping):
+        return json.dumps(arguments)
+    return str(arguments or "")
 
 
 def request_fields(
@@ -455,7 +463,7 @@ class _Session:
         agent = self.agent
         shell = (
             "one session: the working directory and exported variables carry over to the "
-            "next call, but each call still ends at its timeout with all it started"
+            "next call; a call that runs past its timeout is still killed"
             if agent.persistent_shell
             else "a fresh shell each call"
         )

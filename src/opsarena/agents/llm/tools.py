@@ -3,7 +3,7 @@
 `bash` runs a command through `bash -c` in a non-interactive environment (`PAGER=cat`,
 `SYSTEMD_PAGER=`, `DEBIAN_FRONTEND=noninteractive`; stdin is empty), optionally as a
 persistent session (working directory and exported variables carried from call to call;
-every call still ends at its timeout, whatever it left running); `read_file` reads a
+a call past its timeout is still killed); `read_file` reads a
 byte range of a file; `write_file` replaces a file; `done` ends the run. What the model
 sees of a command's output is its head and tail (`context.head_tail`).
 """
