@@ -289,7 +289,8 @@ class OpenAIDouble:
         """Why a real back end would answer 400 to `body`, or None."""
         if not isinstance(body, dict):
             return "request body must be a JSON object"
-        model = self.models.get(str(body.get("model")))
+        name = str(body.get("model"))
+        model = self.models.get(name) or self.models.get(name.rsplit(":", 1)[0])  # `:nitro`
         if model is None:
             return f"{body.get('model')} is not a valid model ID"
         if self.flavour == "openai" and (extra := sorted(OPENROUTER_ONLY & body.keys())):

@@ -630,6 +630,9 @@ async def test_preflight_learns_the_window_and_refuses_an_unknown_model(
     agent = make_agent(openai_double, model="small")
     await agent.preflight()
     assert agent.window() == 4096 and agent.openrouter
+    nitro = make_agent(openai_double, model="small:nitro")  # a routing shortcut of `small`
+    await nitro.preflight()
+    assert nitro.window() == 4096
     with pytest.raises(AgentConfigError, match="'no/such-model' is not in"):
         await make_agent(openai_double, model="no/such-model").preflight()
 

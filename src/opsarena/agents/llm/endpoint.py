@@ -189,23 +189,34 @@ async def _openrouter_facts(
         entries = listing.json().get("data") or []
     except (ValueError, AttributeError):
         entries = []
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("id") == model:
-            top_raw = entry.get("top_provider")
-            top: dict[str, Any] = top_raw if isinstance(top_raw, dict) else {}
-            windows = [
-                w
-                for w in (entry.get("context_length"), top.get("context_length"))
-                if isinstance(w, int) and w > 0
-            ]  # the smaller: routing may pick a provider other than the top one
-            output = top.get("max_completion_tokens")
-            return EndpointFacts(
-                openrouter=True,
-                context_window=min(windows) if windows else None,
-                max_output_tokens=int(output) if isinstance(output, int) else None,
-                remaining_usd=remaining_usd,
-            )
+    listed = (
+        {e.get("id"): e for e in entries if isinstance(e, dict)}
+        if isinstance(entries, list)
+        else {}
+    )
+    # Routing shortcuts (`:nitro`, `:floor`, `:online`) are not listed as models of their own.
+    for name in (model, model.rsplit(":", 1)[0]):
+        entry = listed.get(name)
+        if entry is not None:
+            return _model_facts(entry, remaining_usd)
     raise AgentConfigError(f"model {model!r} is not in {url}/models: check the model name")
+
+
+def _model_facts(entry: dict[str, Any], remaining_usd: float | None) -> EndpointFacts:
+    top_raw = entry.get("top_provider")
+    top: dict[str, Any] = top_raw if isinstance(top_raw, dict) else {}
+    windows = [
+        w
+        for w in (entry.get("context_length"), top.get("context_length"))
+        if isinstance(w, int) and w > 0
+    ]  # the smaller: routing may pick a provider other than the top one
+    output = top.get("max_completion_tokens")
+    return EndpointFacts(
+        openrouter=True,
+        context_window=min(windows) if windows else None,
+        max_output_tokens=int(output) if isinstance(output, int) else None,
+        remaining_usd=remaining_usd,
+    )
 
 
 async def fetch_generation(
