@@ -183,6 +183,19 @@ def error(
     return Reply(status=status, body={"error": inner}, headers=headers or {}, repeat=repeat)
 
 
+def rate_limited(retry_after_s: float, *, limit: int = 20) -> Reply:
+    """A 429 as OpenRouter sends it: Retry-After and the X-RateLimit headers (the reset in
+    epoch milliseconds)."""
+    headers = {
+        "Retry-After": f"{retry_after_s:g}",
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": "1780000010000",
+    }
+    return error(429, "Rate limit exceeded: free-models-per-min", headers=headers,
+                 metadata={"headers": headers})  # fmt: skip
+
+
 def error_in_200(
     code: int, message: str, *, metadata: dict[str, Any] | None = None, repeat: bool = False
 ) -> Reply:

@@ -19,6 +19,7 @@ from tests.agents.openai_double import (
     no_choices,
     openai_double,
     plain_double,
+    rate_limited,
 )
 from tests.agents.records_service import (
     APP,
@@ -308,7 +309,7 @@ async def test_a_429_is_retried_after_the_time_the_server_asks(
     openai_double: OpenAIDouble, agents_host: Host
 ) -> None:
     openai_double.script = [
-        error(429, "rate limited", headers={"Retry-After": "0.2"}),
+        rate_limited(0.2),
         completion(calls=[("done", {"summary": "ok"})]),
     ]
     ctx, events = make_ctx(agents_host)
@@ -316,7 +317,9 @@ async def test_a_429_is_retried_after_the_time_the_server_asks(
     assert (outcome.terminal_state, outcome.successful) == ("completed", True)
     assert len(openai_double.requests) == 2
     retries = [e for e in entries(events) if e["kind"] == "retry"]
-    assert [(r["delay_s"], r["error"]) for r in retries] == [(0.2, "HTTP 429: rate limited")]
+    assert [(r["delay_s"], r["error"]) for r in retries] == [
+        (0.2, "HTTP 429: Rate limit exceeded: free-models-per-min")
+    ]
     assert len(usages(events)) == 1
 
 
