@@ -58,7 +58,7 @@ from opsarena.agents.llm import (
     retry_delay,
     usage_of,
 )
-from opsarena.agents.llm.context import estimate_tokens
+from opsarena.agents.llm.context import digest, estimate_tokens
 from opsarena.agents.llm.tools import read_slice
 from opsarena.agents.spec import (
     AgentSettings,
@@ -615,7 +615,10 @@ def test_fit_sheds_old_outputs_then_old_turns_and_keeps_the_recent_ones() -> Non
     assert "removed to fit the context window" in messages[3]["content"]
     assert "removed to fit" in messages[2]["tool_calls"][0]["function"]["arguments"]
     shed, dropped = fit(messages, 2500, estimate)
-    assert dropped > 0 and messages[2]["content"].endswith("removed to fit the context window]")
+    assert dropped > 0
+    note = messages[2]["content"]
+    assert note.startswith(f"[{dropped} earlier turns were removed to fit the context window]")
+    assert "What they did, oldest first:\n- write_file /f" in note
     assert sum(1 for m in messages if m["role"] == "assistant") >= 2
 
 
@@ -1076,3 +1079,20 @@ async def test_a_stalled_stream_is_resent_and_its_billed_usage_looked_up(
     assert retry["error"].startswith("request timed out (mid-stream, generation gen-")
     assert openai_double.generation_requests == 1
     assert [u["cost_microusd"] for u in usages(events)] == [300, 100]
+
+
+def test_dropped_turns_leave_a_digest_of_what_they_ran() -> None:
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "systemctl status records"}'},
+    }
+    turns = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "exit code: 3\nstdout:\ninactive"},
+        {"role": "user", "content": "Referee: service-up failed: connection_refused"},
+    ]  # fmt: skip
+    assert digest(turns) == [
+        "- bash systemctl status records -> exit code: 3",
+        "- Referee: service-up failed: connection_refused",
+    ]

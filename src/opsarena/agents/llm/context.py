@@ -47,6 +47,39 @@ def _turn_starts(messages: list[dict[str, Any]]) -> list[int]:
 
 SHED_NOTE = "[removed to fit the context window: {what}; run it again if you need it]"
 DROPPED_NOTE = "[{n} earlier turns were removed to fit the context window]"
+"""The note that replaces dropped turns; a digest of what they ran follows it."""
+
+
+DIGEST_LINES = 30
+"""Lines of the dropped turns' digest kept in the note."""
+
+
+def _first_line(text: Any, limit: int = 100) -> str:
+    line = str(text or "").strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def digest(turns: list[dict[str, Any]]) -> list[str]:
+    """One line per tool call (and referee message) of `turns`: what was run, how it went.
+    What the model keeps of turns dropped to fit the window."""
+    results = {m.get("tool_call_id"): m.get("content") for m in turns if m.get("role") == "tool"}
+    lines = []
+    for message in turns:
+        if message.get("role") == "user" and str(message.get("content", "")).startswith("Referee:"):
+            lines.append(f"- {_first_line(message['content'], 160)}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                args = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = {}
+            what = args.get("command") or args.get("path") if isinstance(args, dict) else None
+            outcome = results.get(call.get("id"))
+            if isinstance(outcome, str) and outcome.startswith("[removed to fit"):
+                outcome = None
+            head = f"- {function.get('name')} {_first_line(what, 80)}".rstrip()
+            lines.append(f"{head} -> {_first_line(outcome, 80)}" if outcome else head)
+    return lines
 
 
 def _shed_one(message: dict[str, Any]) -> bool:
@@ -97,14 +130,18 @@ def fit(
         if len(starts) <= KEEP_RECENT_TURNS:
             break
         first, following = starts[0], starts[1]
+        lines = digest(messages[first:following])
         del messages[first:following]
         dropped += 1
         note = messages[2] if len(messages) > 2 else None
-        if note is not None and note.get("role") == "user" and note.get("_dropped"):
-            note["_dropped"] += 1
-            note["content"] = DROPPED_NOTE.format(n=note["_dropped"])
-        else:
-            messages.insert(2, {"role": "user", "content": DROPPED_NOTE.format(n=1), "_dropped": 1})
+        if note is None or note.get("role") != "user" or not note.get("_dropped"):
+            note = {"role": "user", "content": "", "_dropped": 0, "_ran": []}
+            messages.insert(2, note)
+        note["_dropped"] += 1
+        note["_ran"] = (note["_ran"] + lines)[-DIGEST_LINES:]
+        note["content"] = DROPPED_NOTE.format(n=note["_dropped"]) + (
+            "\nWhat they did, oldest first:\n" + "\n".join(note["_ran"]) if note["_ran"] else ""
+        )
     for index in range(2, len(messages) - 1):  # last resort: all but the newest message
         if estimate(messages) <= budget:
             break
