@@ -627,8 +627,8 @@ class _Session:
                 self.spent.unknown_cost_requests += 1
                 await self._warn(
                     "timeout",
-                    "a request timed out and is sent again: the provider may bill it, and "
-                    "its usage is unknown (counted in the warning's total)",
+                    "a request timed out and was sent again: the provider may have billed "
+                    "it, and its usage is unknown (stream = true lets it be looked up)",
                 )
             if result.kind == "budget":
                 raise _Ended(
@@ -664,8 +664,11 @@ class _Session:
                     self.chars_per_token *= estimate / counted
                 else:
                     self.chars_per_token *= 0.8
-                fallback = int(estimate * 0.75) + self._reserve()
-                self.window = min(x for x in (named, self.window, fallback) if x)
+                if named is not None:
+                    self.window = min(named, self.window or named)
+                else:  # no number given: assume the window is a quarter below this request
+                    fallback = int(estimate * 0.75) + self._reserve()
+                    self.window = min(fallback, self.window or fallback)
                 if self.max_out is not None:
                     self.max_out = min(self.max_out, max(self.window // 4, 256))
                 await self._record({"kind": "retry", "attempt": attempt, "error": result.why,
