@@ -447,14 +447,13 @@ class Controller:
         """The settle window after an agent ended: the referee goes on judging the
         territory at its cadence for `settle_s`; each milestone passed restarts the
         window; at its end an attempt in flight runs to its end, then judging stops.
-        Logs `judging_stopped` with why (durable, or the window expired after which
-        failure)."""
+        Logs `judging_stopped` when the window expired, saying after which failure (a
+        durable territory needs none: the fold stops its judging at its last pass)."""
         window = self.plan.challenge.settle_s
         passed = self._passed_count(name)
         deadline = time.monotonic() + window
         while True:
-            if self.referee.is_durable(name):
-                await self.emit(JudgingStopped(territory=name, reason="durable"))
+            if self.referee.is_durable(name):  # the record says so (durable_at_ms)
                 territory.settled = True
                 return
             now_passed = self._passed_count(name)
@@ -465,9 +464,7 @@ class Controller:
                     break
                 continue  # the attempt in flight passed a milestone: a new window
             await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
-        if self.referee.is_durable(name):
-            await self.emit(JudgingStopped(territory=name, reason="durable"))
-        else:
+        if not self.referee.is_durable(name):
             await self.emit(
                 JudgingStopped(
                     territory=name, reason="window_expired", detail=self._why_stopped(name)

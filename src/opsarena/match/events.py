@@ -205,12 +205,13 @@ class LedgerUpdated(EventData):
 
 
 class JudgingStopped(EventData):
-    """The referee stopped judging a territory whose agent had ended: it became durable,
-    or its settle window expired (`detail` says after which failure)."""
+    """The referee stopped judging a territory whose agent had ended: its settle window
+    expired (`detail` says after which failure). A durable territory needs no event: the
+    fold stops its judging at its last pass."""
 
     event_type: ClassVar[str] = "judging_stopped"
     territory: str
-    reason: Literal["durable", "window_expired"]
+    reason: Literal["window_expired"]
     detail: str = ""
 
 

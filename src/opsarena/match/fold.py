@@ -397,6 +397,10 @@ class RecordFolder:
         territory.milestone_points += points
         if all(m.passed for m in territory.milestones.values()):
             territory.durable_at_ms = t_ms
+            if territory.judging_stopped_reason is None:
+                # Every milestone passed: nothing is left to judge.
+                territory.judging_stopped_at_ms = t_ms
+                territory.judging_stopped_reason = "durable"
             self._compete(territory, "durable")
 
     def _milestone_passed(self, data: MilestonePassed) -> None:
