@@ -26,6 +26,7 @@ VOCABULARY = {
     "milestone_passed": {"territory", "milestone", "points", "evidence", "attempt"},
     "fault_injected": {"territory", "milestone", "attempt", "fault", "ok", "detail", "duration_ms"},
     "host_state": {"territory", "state"},
+    "ledger_update": {"territory", "milestone", "attempt", "writes", "checked", "dropped"},
 }  # fmt: skip
 
 
@@ -68,11 +69,20 @@ async def test_run_judges_territories_concurrently_until_durable(
     kinds = [k for k, _ in good]
     assert kinds == [
         "attempt_started", "attempt_result", "milestone_passed",
-        "attempt_started", "attempt_result", "milestone_passed",
-        "attempt_started", "fault_injected", "attempt_result", "milestone_passed",
-        "attempt_started", "host_state", "fault_injected", "host_state", "attempt_result",
+        "attempt_started", "ledger_update", "attempt_result", "milestone_passed",
+        "attempt_started", "fault_injected", "ledger_update", "attempt_result",
         "milestone_passed",
+        "attempt_started", "host_state", "fault_injected", "host_state", "ledger_update",
+        "attempt_result", "milestone_passed",
     ]  # fmt: skip
+    updates = [d for k, d in good if k == "ledger_update"]
+    # write-read acknowledged its 18 PUTs (4 pairs, 2 overwrite, 8 parallel, 4 same-id)
+    # and verified its 15 reads (14 ids); each fault checks its new record before the
+    # fault, then re-reads the whole ledger (the new record included).
+    assert [len(u["writes"]) for u in updates] == [18, 1, 1]
+    assert [u["checked"]["verified"] for u in updates] == [15, 1 + 15, 1 + 16]
+    assert all(not u["dropped"] for u in updates)
+    assert passed_reread(good) == [15, 16]
     passed = {d["milestone"]: d["evidence"] for k, d in good if k == "milestone_passed"}
     assert passed["service-up"]["health"] == "ready"
     record, value = derive_record(b"calibration-seed", "good", "write-read", 1)
@@ -93,6 +103,14 @@ async def test_run_judges_territories_concurrently_until_durable(
 
     # Final verification of a competitor that did nothing changes nothing.
     assert await referee.verify("idle") is False
+
+
+def passed_reread(events: list[tuple[str, dict[str, object]]]) -> list[object]:
+    return [
+        d["evidence"]["reread"]
+        for k, d in events  # type: ignore[index]
+        if k == "milestone_passed" and "reread" in (d["evidence"] or {})
+    ]  # type: ignore[operator]
 
 
 @pytest.mark.hosts
