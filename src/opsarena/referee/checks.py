@@ -43,7 +43,6 @@ from opsarena.referee.workload import (
     Record,
     Slot,
     first_difference,
-    make_record,
     plan_attempt,
     regenerate,
     unwritten_id,
@@ -218,6 +217,20 @@ def pending_of(ctx: CheckContext) -> Pending:
     if isinstance(ctx.pending, Pending):
         return ctx.pending
     return Pending(ctx.territory, ctx.milestone.id, max(ctx.attempt, 1))
+
+
+def workload_seed(ctx: CheckContext) -> bytes:
+    """The seed the workload derives from: the match seed; for a check run outside a
+    referee (no seed), a digest of the attempt's record, so it is still deterministic."""
+    if ctx.seed:
+        return ctx.seed
+    return hashlib.sha256(f"opsarena-context:{ctx.record_id}:{ctx.record_value}".encode()).digest()
+
+
+def text_record(ctx: CheckContext, slot: Slot) -> Record:
+    """This attempt's text record: the context's own id and value (derived by the
+    referee from the seed, as the seed record's `record` and `value`)."""
+    return Record(slot, ctx.record_id, ctx.record_value.encode())
 
 
 def ledger_of(ctx: CheckContext) -> Ledger:
@@ -434,7 +447,9 @@ async def check_write_read(host: Host, ctx: CheckContext) -> Verdict:
     attempt, write_ms, read_ms, steps, bytes_sent."""
 
     async def run() -> dict[str, Any]:
-        plan = plan_attempt(ctx.seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0))
+        seed = workload_seed(ctx)
+        plan = plan_attempt(seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0))
+        plan = dataclasses.replace(plan, text=text_record(ctx, plan.text.slot))
         others = {r.sha256: r.id for r in plan.written()}
         steps: list[str] = []
 
@@ -522,14 +537,15 @@ async def reread_ledger(
     ledger = ledger_of(ctx)
     pending = pending_of(ctx)
     total = len(ledger.entries)
-    entries = ledger.sample(ctx.seed, ctx.territory, f"{ctx.milestone.id}:{ctx.attempt}", must)
+    seed = workload_seed(ctx)
+    entries = ledger.sample(seed, ctx.territory, f"{ctx.milestone.id}:{ctx.attempt}", must)
     others = {h: e.id for e in ledger.entries.values() for h in e.accepted}
     gate = asyncio.Semaphore(REREAD_PARALLEL)
     failures: list[tuple[str, Decided]] = []
     outcomes: dict[str, int] = {}
 
     async def reread(entry: Entry) -> None:
-        values = [regenerate(ctx.seed, dataclasses.replace(s, territory=ctx.territory))
+        values = [regenerate(seed, dataclasses.replace(s, territory=ctx.territory))
                   for s in entry.slots]  # fmt: skip
         async with gate:
             target = f"/records/{entry.id}"
@@ -570,9 +586,7 @@ async def reread_ledger(
             )
         )
     for index in range(UNWRITTEN_AFTER_FAULT):
-        record_id = unwritten_id(
-            ctx.seed, ctx.territory, ctx.milestone.id, ctx.attempt, 100 + index
-        )
+        record_id = unwritten_id(seed, ctx.territory, ctx.milestone.id, ctx.attempt, 100 + index)
         await probe_unwritten(
             host, ctx, record_id, step=f"{fault.after}, GET /records/{record_id} (never written)"
         )
@@ -581,7 +595,7 @@ async def reread_ledger(
 
 async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
     async def run() -> dict[str, Any]:
-        record = make_record(ctx.seed, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
+        record = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
         before = f"before the {fault.name}, "
         await put_record(host, ctx, record, step=f"{before}PUT /records/{record.id}")
         await read_record(host, ctx, record.id, [record.value],
