@@ -61,8 +61,14 @@ async def one_durable_run(challenge: Challenge) -> dict[str, float]:
     host = await driver.create(HostSpec(match_id=match_id, territory="ref", image=DEFAULT_IMAGE))
     try:
         started = time.monotonic()
+        durations: dict[str, int] = {}
+
+        async def note(kind: str, data: dict[str, Any]) -> None:
+            if kind == "attempt_result" and data["verdict"] == "passed":
+                durations[data["milestone"]] = data["duration_ms"]
+
         referee = Referee(
-            challenge, seed=secrets.token_bytes(16), emit=quiet_emit,
+            challenge, seed=secrets.token_bytes(16), emit=note,
             clock=lambda: int((time.monotonic() - started) * 1000),
         )  # fmt: skip
         referee.add_territory("ref", host)
@@ -93,6 +99,7 @@ async def one_durable_run(challenge: Challenge) -> dict[str, float]:
             "children_cpu_per_s": child / wall,
             "wall_s": wall,
             "write_read_bytes": write_read.get("bytes_sent", 0),
+            **{f"{m}_ms": ms for m, ms in durations.items()},
             "reread_after_reboot": reboot.get("reread", 0),
         }
     finally:
@@ -146,7 +153,13 @@ async def main() -> None:
             f"(restart fault {run['restart_fault_ms']:.0f} ms, reboot fault "
             f"{run['reboot_fault_ms']:.0f} ms); arena CPU {1000 * run['cpu_per_s']:.0f} ms/s, "
             f"podman children {1000 * run['children_cpu_per_s']:.0f} ms/s "
-            f"over {run['wall_s']:.1f} s; write-read PUT {run['write_read_bytes']} value "
+            f"over {run['wall_s']:.1f} s; passing attempts: "
+            + ", ".join(
+                f"{m.removesuffix('_ms')} {run[m]:.0f} ms"
+                for m in run
+                if m.endswith("_ms") and "fault" not in m
+            )
+            + f"; write-read PUT {run['write_read_bytes']} value "
             f"bytes in {WRITE_READ_REQUESTS} requests; {run['reread_after_reboot']:.0f} "
             "records re-read after the reboot"
         )
