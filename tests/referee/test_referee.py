@@ -13,6 +13,7 @@ from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge
 from opsarena.hosts import Host, HostDriver
 from opsarena.referee import derive_record, feedback_message
+from opsarena.referee.ledger import LedgerUpdate
 from tests.conftest import HostFactory
 from tests.referee.conftest import EventLog, make_referee
 
@@ -83,6 +84,12 @@ async def test_run_judges_territories_concurrently_until_durable(
     assert [u["checked"]["verified"] for u in updates] == [15, 1 + 15, 1 + 16]
     assert all(not u["dropped"] for u in updates)
     assert passed_reread(good) == [15, 16]
+    # What `opsarena resume` does: a new referee rebuilds the same ledger from the events.
+    rebuilt = make_referee(challenge, EventLog())
+    rebuilt.add_territory("good", durable_host)
+    rebuilt.restore_ledger("good", [LedgerUpdate.model_validate(u) for u in updates])
+    assert rebuilt.ledger_summary("good") == referee.ledger_summary("good")
+    assert rebuilt.ledger_summary("good").records == 16
     passed = {d["milestone"]: d["evidence"] for k, d in good if k == "milestone_passed"}
     assert passed["service-up"]["health"] == "ready"
     record, value = derive_record(b"calibration-seed", "good", "write-read", 1)

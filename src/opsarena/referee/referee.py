@@ -4,7 +4,10 @@ For every territory it evaluates the first unpassed milestone at the challenge's
 in order; the territories run concurrently, so a reboot in one never delays another. A
 passed milestone stays passed with its evidence. Every attempt is reported through
 `emit` as `attempt_started` then `attempt_result` (plus `milestone_passed`,
-`fault_injected` and `host_state` as they happen), in the match's event vocabulary.
+`fault_injected`, `host_state` and `ledger_update` as they happen), in the match's event
+vocabulary. Each territory keeps a durability ledger (`opsarena.referee.ledger`) that
+changes only through the `ledger_update` it emits, so it can be rebuilt from the log
+(`restore_ledger`). A fault milestone failing again and again backs off (`retry_delay`).
 
 Whose fault: `failed` verdicts (category `verification_failed`) are the competitor's and
 are answered by another attempt at the cadence; `referee_error` verdicts (host or podman
@@ -331,7 +334,8 @@ class Referee:
             await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
 
     async def verify(self, territory: str) -> bool:
-        """One immediate evaluation pass (final verification after an agent ended):
+        """One immediate evaluation pass (for tools and tests; a match uses the settle
+        window instead):
         attempts the first unpassed milestone and, while they pass, the next ones (with
         their faults). A referee_error is retried up to `VERIFY_REFEREE_ERROR_RETRIES`
         times. Returns True when at least one milestone newly passed."""
