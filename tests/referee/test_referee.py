@@ -220,3 +220,32 @@ async def test_a_lost_host_is_our_error_counted_and_retried(
     assert [r["verdict"] for r in results] == ["passed", "referee_error", "referee_error"]
     assert all(r["points"] == 0 for r in results[1:])
     assert "not your fault" in feedback_message(results[1])
+
+
+@pytest.mark.hosts
+async def test_a_failing_fault_backs_off_and_lost_records_are_dropped_but_counted(
+    challenge: Challenge, host_factory: HostFactory, match_id: str
+) -> None:
+    host = await host_factory("forgetful")
+    referee = make_referee(challenge, EventLog())
+    referee.add_territory("forgetful", host)
+    await deploy("in-memory", host, challenge, match_id)
+    details = []
+    while len(details) < 4:
+        verdict = await referee.evaluate_next("forgetful")
+        assert verdict is not None and verdict.outcome != "referee_error", verdict
+        if verdict.outcome == "failed":
+            assert verdict.failure_reason == "record_missing"
+            details.append(verdict.failure_detail or "")
+    state = referee.milestone_state("forgetful", "service-restart")
+    assert not any("back-off" in d for d in details[:2])
+    assert details[2].endswith(
+        "failed 3 times in a row: the next attempt starts 2 s after this one started (back-off)"
+    )
+    assert "starts 4 s after" in details[3] and state.next_delay_s == 4.0
+    # The first restart lost the 14 records of write-read and its own; each later one
+    # only its own fresh record: every lost record was dropped, and counted.
+    assert "the ledger re-read 15 of 15 acknowledged records: 15 lost" in details[0]
+    assert "re-read 1 of 1 acknowledged records: 1 lost" in details[1]
+    summary = referee.ledger_summary("forgetful")
+    assert (summary.lost, summary.records) == (15 + 3, 0)
