@@ -602,6 +602,8 @@ async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
                           step=f"{before}GET /records/{record.id}")  # fmt: skip
         fault_ms = await inject(host, ctx, fault)
         ready_ms = await wait_healthy(host, ctx, fault)
+        # Kernel-fact evidence goes here (referee/ownership.py, the hosts-trust work):
+        # require that a new process of the unit owns the port before the re-read.
         started = time.monotonic()
         reread = await reread_ledger(host, ctx, fault, {record.id})
         return {
