@@ -10,6 +10,8 @@ durable deployment.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,17 @@ async def test_slow_start_reaches_100_inside_the_settle_window(tmp_path: Path) -
     assert territory.ledger.model_dump() == controller.referee.ledger_summary("slow").model_dump()
     assert territory.ledger.verified >= territory.ledger.acknowledged
     assert podman_names(plan.match_id) == []
+    shown = subprocess.run(
+        [sys.executable, "-m", "opsarena.cli.main", "show", plan.match_id,
+         "--db", str(tmp_path / "log.db")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    lines = shown.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("ledger "))
+    assert lines[header].split()[1:3] == ["acknowledged", "verified"]
+    row = lines[header + 1].split()
+    assert row[:3] == ["slow", str(territory.ledger.acknowledged), str(territory.ledger.verified)]
+    assert "durable" in lines[header + 1]  # when judging stopped, and why
 
 
 async def test_an_idle_territory_is_judged_through_its_window_then_stopped(
