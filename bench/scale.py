@@ -24,11 +24,17 @@ from typing import Any
 from rich.console import Console
 
 from opsarena.agents.competitors import competitor_from_cli
+from opsarena.challenges import Challenge
 from opsarena.challenges.catalog import find_challenge
 from opsarena.match.controller import Controller, MatchPlan
+from opsarena.referee.nemesis import milestone_fault
+from opsarena.referee.referee import retry_delay
 from opsarena.store import SqliteEventStore, StoredEvent
 
-OTHERS = ["in-memory", "volatile", "not-enabled", "wrong-health", "idle", "webdav"]
+OTHERS = [
+    "in-memory", "volatile", "not-enabled", "wrong-health", "idle", "webdav", "ignore-ids",
+    "racy",
+]  # fmt: skip
 
 
 UNITS = {
@@ -67,13 +73,16 @@ def host_memory_mb(match_id: str) -> list[float]:
     return [to_mb(row["mem_usage"].split("/")[0].strip()) for row in json.loads(out.stdout)]
 
 
-def cadence_lateness(events: list[StoredEvent], cadence_ms: int) -> dict[str, list[int]]:
+def cadence_lateness(events: list[StoredEvent], challenge: Challenge) -> dict[str, list[int]]:
     """Per territory, how late (ms) each retry started after a failed attempt.
 
-    The referee starts the next attempt one cadence after the last one started, or at
+    The referee starts the next attempt `retry_delay` after the last one started (the
+    cadence; more for a fault milestone failing again and again: the back-off), or at
     once when that attempt took longer (a fault and its readiness budget), so lateness
-    is next start - max(start + cadence, end of the failed attempt).
+    is next start - max(start + delay, end of the failed attempt). Attempt N of a
+    milestone not passed yet is its N-th failure in a row.
     """
+    faults = {m.id: milestone_fault(m.check, m.fault) is not None for m in challenge.milestones}
     starts: dict[tuple[str, str, int], int] = {}
     ends: dict[tuple[str, str, int], int] = {}
     failed: list[tuple[str, str, int]] = []
@@ -94,7 +103,8 @@ def cadence_lateness(events: list[StoredEvent], cadence_ms: int) -> dict[str, li
         if following is None:
             continue
         key = (territory, milestone, attempt)
-        due = max(starts[key] + cadence_ms, ends[key])
+        delay_ms = int(1000 * retry_delay(challenge.cadence_s, attempt, fault=faults[milestone]))
+        due = max(starts[key] + delay_ms, ends[key])
         lateness[territory].append(max(0, following - due))
     return lateness
 
@@ -133,7 +143,7 @@ async def bench(territories: int) -> dict[str, Any]:
         events = await store.read(plan.match_id)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     cadence_ms = int(plan.challenge.cadence_s * 1000)
-    lateness = cadence_lateness(events, cadence_ms)
+    lateness = cadence_lateness(events, plan.challenge)
     all_late = sorted(g for values in lateness.values() for g in values)
     p99 = all_late[min(len(all_late) - 1, int(0.99 * len(all_late)))] if all_late else None
     return {

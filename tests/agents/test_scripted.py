@@ -26,6 +26,11 @@ from opsarena.errors import HostError, OpsArenaError, UnknownBuilderError, Usage
 from opsarena.hosts import Host, HostSpec, get_driver
 
 BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wrong-health", "idle")
+# Builders whose flaw the referee's calibration matrix exercises (tests/referee/).
+CALIBRATION_BUILDERS = (
+    "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
+    "no-overwrite", "racy", "slow-start",
+)  # fmt: skip
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"
 ABSENT_ID = "rec-absent"
@@ -310,8 +315,8 @@ async def test_idle_leaves_nothing_listening(histories: dict[str, History]) -> N
 
 
 def test_registry_knows_every_builder() -> None:
-    assert scripted_names() == sorted(BUILDERS)
-    for name in BUILDERS:
+    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS)
+    for name in BUILDERS + CALIBRATION_BUILDERS:
         builder = get_scripted(name)
         assert builder.name == name and builder.model == f"scripted/{name}"
 

@@ -29,7 +29,27 @@ MATRIX: dict[str, list[str]] = {
     "not-enabled": [PASS, PASS, PASS, "not_ready_after_fault"],
     "wrong-health": ["wrong_body"],
     "idle": ["connection_refused"],
+    "ignore-ids": [PASS, "wrong_record"],
+    "newest-only": [PASS, "record_missing"],
+    "binary-unsafe": [PASS, "record_corrupted"],
+    "size-limited": [PASS, "record_corrupted"],
+    "found-for-missing": [PASS, "found_unwritten"],
+    "no-overwrite": [PASS, "stale_value"],
+    "racy": [PASS, "wrong_record"],
 }
+"""`slow-start` is not here: it needs the settle window of a real match
+(tests/referee/test_settle.py)."""
+
+DETAIL_STEP = {
+    "ignore-ids": "parallel GET",
+    "newest-only": "parallel GET",
+    "binary-unsafe": "binary: GET",
+    "size-limited": "large: GET",
+    "found-for-missing": "unwritten: GET",
+    "no-overwrite": "overwrite: GET",
+    "racy": "parallel GET",
+}
+"""The sub-check each flawed builder must be caught by, as its failure_detail names it."""
 
 
 @pytest.mark.hosts
@@ -70,3 +90,14 @@ async def test_calibration_matrix(
     assert referee.infrastructure_failures == 0
     faults = log.of("fault_injected")
     assert all(fault["ok"] for fault in faults), faults
+    if builder in DETAIL_STEP:
+        detail = referee.milestone_state("builder", "write-read").last
+        assert detail is not None and (detail.failure_detail or "").startswith(
+            DETAIL_STEP[builder]
+        ), detail
+        assert "reproduce inside the host:" in (detail.failure_detail or "")
+    if outcomes == [PASS] * len(challenge.milestones):
+        # The ledger re-read after each fault found every acknowledged record.
+        summary = referee.ledger_summary("builder")
+        assert summary.acknowledged > 0 and summary.verified >= summary.acknowledged
+        assert summary.lost == summary.corrupted == summary.stale == summary.unexpected == 0

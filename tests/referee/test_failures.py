@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def test_each_raw_error_maps_to_its_reason(
 def test_every_reason_is_reachable_or_used_by_a_check() -> None:
     from_errors = {reason for _, reason, _ in CASES}
     from_checks = {"bad_status", "wrong_body", "record_missing", "record_corrupted"}
-    from_checks |= {"not_ready_after_fault"}
+    from_checks |= {"not_ready_after_fault", "wrong_record", "stale_value", "found_unwritten"}
     assert set(REASONS) == from_errors | from_checks
 
 
@@ -101,7 +102,15 @@ def test_curl_line_reproduces_the_request() -> None:
     )
     put = curl_line("PUT", 8080, "/records/record-1", body=b"opaque-1")
     assert put.endswith("-X PUT --data-binary opaque-1 http://127.0.0.1:8080/records/record-1")
-    assert "@FILE" in curl_line("PUT", 8080, "/records/r", body=b"\x00" * 10)
+    binary = curl_line("PUT", 8080, "/records/r", body=b"\x00\r\n\xff")
+    assert binary.startswith("python3 -c ")
+    assert "0000d0aff > /tmp/opsarena-body.bin && curl " not in binary  # exact hex below
+    assert " 000d0aff > /tmp/opsarena-body.bin && curl " in binary
+    assert binary.endswith("--data-binary @/tmp/opsarena-body.bin http://127.0.0.1:8080/records/r")
+    large = curl_line("PUT", 8080, "/records/r", body=b"\x01" * 2_000_000)
+    assert large.startswith("head -c 2000000 /dev/urandom > /tmp/opsarena-body.bin && curl ")
+    saved = curl_line("GET", 8080, "/records/r", save=True)
+    assert "-o /tmp/opsarena-got.bin" in saved and saved.endswith("sha256sum /tmp/opsarena-got.bin")
 
 
 def test_observation_renders_every_fact() -> None:
@@ -146,6 +155,20 @@ def test_judge_read() -> None:
         verdict = judge_read(response(status, body), value, step="s", reproduce="r")
         assert verdict is not None and verdict.outcome == "failed"
         assert verdict.failure_reason == reason
+
+
+def test_judge_read_names_stale_wrong_and_the_first_difference() -> None:
+    value, old, other = b"new-value", b"old-value", b"someone-else"
+    stale = judge_read(response(200, old), value, step="s", reproduce="r", older=[old])
+    assert stale is not None and stale.failure_reason == "stale_value"
+    owner = {hashlib.sha256(other).hexdigest(): "record-00ff"}
+    wrong = judge_read(response(200, other), value, step="s", reproduce="r", others=owner)
+    assert wrong is not None and wrong.failure_reason == "wrong_record"
+    assert "the value stored under record-00ff" in (wrong.failure_detail or "")
+    cut = judge_read(response(200, value[:4]), value, step="s", reproduce="r")
+    assert cut is not None and "first difference at byte 4" in (cut.failure_detail or "")
+    either = judge_read(response(200, b"b"), b"a", step="s", reproduce="r", also=[b"b"])
+    assert either is None
 
 
 def test_enforce_table_keeps_verdicts_honest() -> None:

@@ -13,6 +13,7 @@ from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge
 from opsarena.hosts import Host, HostDriver
 from opsarena.referee import derive_record, feedback_message
+from opsarena.referee.ledger import LedgerUpdate
 from tests.conftest import HostFactory
 from tests.referee.conftest import EventLog, make_referee
 
@@ -26,6 +27,7 @@ VOCABULARY = {
     "milestone_passed": {"territory", "milestone", "points", "evidence", "attempt"},
     "fault_injected": {"territory", "milestone", "attempt", "fault", "ok", "detail", "duration_ms"},
     "host_state": {"territory", "state"},
+    "ledger_update": {"territory", "milestone", "attempt", "writes", "checked", "dropped"},
 }  # fmt: skip
 
 
@@ -68,11 +70,26 @@ async def test_run_judges_territories_concurrently_until_durable(
     kinds = [k for k, _ in good]
     assert kinds == [
         "attempt_started", "attempt_result", "milestone_passed",
-        "attempt_started", "attempt_result", "milestone_passed",
-        "attempt_started", "fault_injected", "attempt_result", "milestone_passed",
-        "attempt_started", "host_state", "fault_injected", "host_state", "attempt_result",
+        "attempt_started", "ledger_update", "attempt_result", "milestone_passed",
+        "attempt_started", "fault_injected", "ledger_update", "attempt_result",
         "milestone_passed",
+        "attempt_started", "host_state", "fault_injected", "host_state", "ledger_update",
+        "attempt_result", "milestone_passed",
     ]  # fmt: skip
+    updates = [d for k, d in good if k == "ledger_update"]
+    # write-read acknowledged its 18 PUTs (4 pairs, 2 overwrite, 8 parallel, 4 same-id)
+    # and verified its 15 reads (14 ids); each fault checks its new record before the
+    # fault, then re-reads the whole ledger (the new record included).
+    assert [len(u["writes"]) for u in updates] == [18, 1, 1]
+    assert [u["checked"]["verified"] for u in updates] == [15, 1 + 15, 1 + 16]
+    assert all(not u["dropped"] for u in updates)
+    assert passed_reread(good) == [15, 16]
+    # What `opsarena resume` does: a new referee rebuilds the same ledger from the events.
+    rebuilt = make_referee(challenge, EventLog())
+    rebuilt.add_territory("good", durable_host)
+    rebuilt.restore_ledger("good", [LedgerUpdate.model_validate(u) for u in updates])
+    assert rebuilt.ledger_summary("good") == referee.ledger_summary("good")
+    assert rebuilt.ledger_summary("good").records == 16
     passed = {d["milestone"]: d["evidence"] for k, d in good if k == "milestone_passed"}
     assert passed["service-up"]["health"] == "ready"
     record, value = derive_record(b"calibration-seed", "good", "write-read", 1)
@@ -93,6 +110,14 @@ async def test_run_judges_territories_concurrently_until_durable(
 
     # Final verification of a competitor that did nothing changes nothing.
     assert await referee.verify("idle") is False
+
+
+def passed_reread(events: list[tuple[str, dict[str, object]]]) -> list[object]:
+    return [
+        d["evidence"]["reread"]
+        for k, d in events  # type: ignore[index]
+        if k == "milestone_passed" and "reread" in (d["evidence"] or {})
+    ]  # type: ignore[operator]
 
 
 @pytest.mark.hosts
@@ -195,3 +220,32 @@ async def test_a_lost_host_is_our_error_counted_and_retried(
     assert [r["verdict"] for r in results] == ["passed", "referee_error", "referee_error"]
     assert all(r["points"] == 0 for r in results[1:])
     assert "not your fault" in feedback_message(results[1])
+
+
+@pytest.mark.hosts
+async def test_a_failing_fault_backs_off_and_lost_records_are_dropped_but_counted(
+    challenge: Challenge, host_factory: HostFactory, match_id: str
+) -> None:
+    host = await host_factory("forgetful")
+    referee = make_referee(challenge, EventLog())
+    referee.add_territory("forgetful", host)
+    await deploy("in-memory", host, challenge, match_id)
+    details = []
+    while len(details) < 4:
+        verdict = await referee.evaluate_next("forgetful")
+        assert verdict is not None and verdict.outcome != "referee_error", verdict
+        if verdict.outcome == "failed":
+            assert verdict.failure_reason == "record_missing"
+            details.append(verdict.failure_detail or "")
+    state = referee.milestone_state("forgetful", "service-restart")
+    assert not any("back-off" in d for d in details[:2])
+    assert details[2].endswith(
+        "failed 3 times in a row: the next attempt starts 2 s after this one started (back-off)"
+    )
+    assert "starts 4 s after" in details[3] and state.next_delay_s == 4.0
+    # The first restart lost the 14 records of write-read and its own; each later one
+    # only its own fresh record: every lost record was dropped, and counted.
+    assert "the ledger re-read 15 of 15 acknowledged records: 15 lost" in details[0]
+    assert "re-read 1 of 1 acknowledged records: 1 lost" in details[1]
+    summary = referee.ledger_summary("forgetful")
+    assert (summary.lost, summary.records) == (15 + 3, 0)

@@ -18,7 +18,8 @@ from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
 
 Outcome = Literal["passed", "failed", "referee_error"]
-FaultKind = Literal["restart", "reboot"]
+FaultKind = str
+"""A registered fault's name (`opsarena.referee.nemesis`): "restart", "reboot", ..."""
 
 VERIFICATION_FAILED = "verification_failed"
 """`failure_category` of a failure that is the competitor's (the seed record's word)."""
@@ -62,7 +63,7 @@ class Verdict:
 
 
 InjectFault = Callable[[FaultKind], Awaitable[int]]
-"""`await ctx.inject_fault("restart" | "reboot")` performs the fault, records it, and
+"""`await ctx.inject_fault(name)` performs the registered fault `name`, records it, and
 returns its duration in ms; it re-raises the host's error when the fault failed."""
 
 
@@ -76,7 +77,10 @@ class CheckContext:
 
     `record_id` and `record_value` are this attempt's fresh record (derived from the
     match seed, so a replay uses the same ones). `attempt` counts from 1 per territory
-    and milestone (0 in a preflight).
+    and milestone (0 in a preflight). `seed` is the match seed (the workload derives
+    every id and value from it); `ledger` is the territory's durability ledger
+    (`opsarena.referee.ledger.Ledger`; typed `Any` because `challenges` cannot import
+    the referee) and `pending` the update this attempt builds (`ledger.Pending`).
     """
 
     challenge: Challenge
@@ -86,6 +90,9 @@ class CheckContext:
     record_id: str
     record_value: str
     inject_fault: InjectFault = field(default=_no_faults)
+    seed: bytes = b""
+    ledger: Any = None
+    pending: Any = None
 
 
 Check = Callable[[Host, CheckContext], Awaitable[Verdict]]

@@ -31,6 +31,9 @@ class Milestone(BaseModel):
     block exceeds `max_header_bytes`, or whose body exceeds `max_body_bytes`, fails the
     check (the referee stops reading at the limit). `ready_budget_s` is how long the
     service has, after a fault (restart, reboot), to answer its health check again.
+    `fault` names the registered fault (`opsarena.referee.nemesis`) a durability check
+    injects; without it the check's own default (`restart-durability`: restart,
+    `reboot-durability`: reboot).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,13 +47,16 @@ class Milestone(BaseModel):
     ready_budget_s: Seconds = 15.0
     max_header_bytes: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16 * 1024
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 2 * 1024 * 1024
+    fault: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
 
 
 class Challenge(BaseModel):
     """A whole challenge, as a competitor and the referee see it.
 
     `brief` is everything a competitor reads; `cadence_s` is how often the referee
-    evaluates each territory's first unpassed milestone; with `feedback`, each failed
+    evaluates each territory's first unpassed milestone; `settle_s` is how long a
+    territory is still judged (at the cadence) after its agent ended, restarted by every
+    milestone passed in that window; with `feedback`, each failed
     attempt reaches the competitor's agent as a short message (its reason and detail).
     `checks_module` is imported before the milestones' checks are looked up, so a
     challenge may register checks of its own (it defaults to the referee's built-in
@@ -67,6 +73,7 @@ class Challenge(BaseModel):
     unit: Annotated[str, Field(pattern=UNIT_PATTERN)]
     time_limit_s: Annotated[int, Field(ge=10, le=24 * 3600)]
     cadence_s: Annotated[float, Field(ge=0.1, le=60)] = 1.0
+    settle_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
     feedback: bool = True
     checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] = BUILTIN_CHECKS_MODULE
     milestones: Annotated[list[Milestone], Field(min_length=1)]

@@ -124,6 +124,22 @@ def print_summary(record: MatchRecord) -> None:
     header = ("territory", "agent", "host", "competitor", "points", "milestones", "current failure")
     lines += [columns(header, rows), ""]
     rows = []
+    for name, territory in record.territories.items():
+        ledger = territory.ledger
+        stopped = "-"
+        if territory.judging_stopped_reason:
+            stopped = f"{duration(territory.judging_stopped_at_ms or 0)}: " + (
+                territory.judging_stopped_detail or territory.judging_stopped_reason
+            )
+        rows.append(
+            (
+                name,
+                *(str(getattr(ledger, key)) for key in LEDGER_COLUMNS),
+                stopped,
+            )
+        )
+    lines += [columns(("ledger", *LEDGER_COLUMNS, "judging stopped"), rows), ""]
+    rows = []
     for name, agent in record.agents.items():
         state = "running" if agent.running else (agent.terminal_state or "not started")
         cost = f"{agent.cost_microusd / 1e6:.4f}" + ("" if agent.cost_known else "+?")
@@ -134,6 +150,18 @@ def print_summary(record: MatchRecord) -> None:
         rows.append((name, agent.model, state, tokens, cost, detail))
     lines.append(columns(("agent", "model", "state", "tokens in/out", "cost $", "detail"), rows))
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+LEDGER_COLUMNS = (
+    "acknowledged",
+    "verified",
+    "lost",
+    "corrupted",
+    "stale",
+    "unexpected",
+    "indeterminate",
+)
+"""The durability ledger's summary, as `opsarena show` prints it per territory."""
 
 
 def ls(

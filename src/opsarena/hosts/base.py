@@ -195,9 +195,12 @@ class HostDriver(abc.ABC):
     """Makes, finds and removes hosts of one kind (podman containers, ...).
 
     Drivers register by name in `opsarena.hosts.registry`; callers never import one.
+    `faults` names the faults (`opsarena.referee.nemesis`) its hosts support: a challenge
+    needing another is refused at match start.
     """
 
     name: str
+    faults: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:

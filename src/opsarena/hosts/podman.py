@@ -509,6 +509,7 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
+    faults = frozenset({"restart", "reboot"})
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()

@@ -36,11 +36,12 @@ from opsarena.match.events import (
     AgentUsage,
     DiskQuotaExceeded,
     EventData,
-    FinalVerification,
     HostFailed,
     HostProvisioned,
     HostProvisioning,
     HostState,
+    JudgingStopped,
+    LedgerUpdated,
     MatchClosed,
     MatchCreated,
     MatchFinished,
@@ -49,11 +50,13 @@ from opsarena.match.events import (
     MilestoneSpec,
     Preflight,
     TerritorySpec,
+    parse_data,
 )
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
+from opsarena.referee.nemesis import missing_faults
 from opsarena.store import EventStore
 
 log = logging.getLogger(__name__)
@@ -155,7 +158,9 @@ class Controller:
         await self._append(event.event_type, event.model_dump(mode="json"))
 
     async def _referee_emit(self, event_type: str, data: dict[str, Any]) -> None:
-        await self._append(event_type, data)
+        # The referee's events are typed like every other: validated against their model
+        # (a bad one is a bug, raised here) and logged with every field of it.
+        await self.emit(parse_data(event_type, data))
         if (
             event_type == "attempt_result"
             and data.get("verdict") == "failed"
@@ -226,6 +231,9 @@ class Controller:
         before anything is made. Raises the agent's one-line `OpsArenaError`. Idempotent."""
         if self._territories:
             return
+        lacking = missing_faults(self.plan.challenge, self.driver.faults, self.plan.driver)
+        if lacking is not None:
+            raise MatchError(lacking)
         built = {c.territory: _Territory(c, c.build()) for c in self.plan.competitors}
         for territory in built.values():
             assert territory.agent is not None
@@ -437,13 +445,51 @@ class Controller:
             self._settlers.append(asyncio.create_task(self._settle(name, territory)))
 
     async def _settle(self, name: str, territory: _Territory) -> None:
-        """Final verification after an agent ended: judge now, until nothing changes."""
+        """The settle window after an agent ended: the referee goes on judging the
+        territory at its cadence for `settle_s`; each milestone passed restarts the
+        window; at its end an attempt in flight runs to its end, then judging stops.
+        Logs `judging_stopped` when the window expired, saying after which failure (a
+        durable territory needs none: the fold stops its judging at its last pass)."""
+        window = self.plan.challenge.settle_s
+        passed = self._passed_count(name)
+        deadline = time.monotonic() + window
         while True:
-            changed = await self.referee.verify(name)
-            await self.emit(FinalVerification(territory=name, changed=changed))
-            if not changed or self.referee.is_durable(name):
+            if self.referee.is_durable(name):  # the record says so (durable_at_ms)
                 territory.settled = True
                 return
+            now_passed = self._passed_count(name)
+            if now_passed > passed:
+                passed, deadline = now_passed, time.monotonic() + window
+            if time.monotonic() >= deadline:
+                if await self.referee.stop_judging(name, unless_passed_beyond=passed):
+                    break
+                continue  # the attempt in flight passed a milestone: a new window
+            await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        if not self.referee.is_durable(name):
+            await self.emit(
+                JudgingStopped(
+                    territory=name, reason="window_expired", detail=self._why_stopped(name)
+                )
+            )
+        territory.settled = True
+
+    def _passed_count(self, name: str) -> int:
+        return sum(
+            self.referee.milestone_state(name, m.id).passed for m in self.plan.challenge.milestones
+        )
+
+    def _why_stopped(self, name: str) -> str:
+        window = self.plan.challenge.settle_s
+        milestone = self.referee.first_unpassed(name)
+        if milestone is None:
+            return f"the {window:g} s settle window expired"
+        last = self.referee.milestone_state(name, milestone.id).last
+        if last is None or last.outcome == "passed":
+            return f"the {window:g} s settle window expired before {milestone.id} was attempted"
+        return (
+            f"the {window:g} s settle window expired after {milestone.id} failed with "
+            f"{last.failure_reason}"
+        )
 
     async def _watch_done(self) -> None:
         """Forward `competitor_done` events (`opsarena done`, another process) to agents."""
@@ -607,6 +653,15 @@ class Controller:
                     evidence=milestone.evidence,
                     passed_at_ms=milestone.passed_at_ms,
                 )
+        updates: dict[str, list[Any]] = {}
+        for event in await self.store.read(self.match_id):
+            if event.type == "ledger_update":
+                data = parse_data(event.type, event.data)
+                assert isinstance(data, LedgerUpdated)
+                updates.setdefault(data.territory, []).append(data.to_update())
+        for name, territory_updates in updates.items():
+            if name in self._territories:
+                self.referee.restore_ledger(name, territory_updates)
         await self._end_agents(record, "interrupted", why, "arena")
         for name, territory in self._territories.items():
             territory.ended = True

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
 from opsarena.errors import EventLogError
+from opsarena.referee.ledger import LedgerCounts, LedgerUpdate, LedgerWrite
 from opsarena.store import EventStore, StoredEvent
 
 FinishReason = Literal[
@@ -130,7 +131,8 @@ class FaultInjected(EventData):
     territory: str
     milestone: str
     attempt: int
-    fault: Literal["restart", "reboot"]
+    fault: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+    """A registered fault's name (`opsarena.referee.nemesis`): restart, reboot, ..."""
     ok: bool
     detail: str | None = None
     duration_ms: int = 0
@@ -185,6 +187,34 @@ class FinalVerification(EventData):
     changed: bool
 
 
+class LedgerUpdated(EventData):
+    """What one attempt did to its territory's durability ledger (`opsarena.referee.ledger`):
+    the writes it acknowledged or left indeterminate, how its re-reads ended, and the ids
+    dropped after failing. The fold and `opsarena resume` rebuild the ledger from these."""
+
+    event_type: ClassVar[str] = "ledger_update"
+    territory: str
+    milestone: str
+    attempt: int = Field(ge=1)
+    writes: list[LedgerWrite] = Field(default_factory=list)
+    checked: LedgerCounts = Field(default_factory=LedgerCounts)
+    dropped: list[str] = Field(default_factory=list)
+
+    def to_update(self) -> LedgerUpdate:
+        return LedgerUpdate.model_validate(self.model_dump())
+
+
+class JudgingStopped(EventData):
+    """The referee stopped judging a territory whose agent had ended: its settle window
+    expired (`detail` says after which failure). A durable territory needs no event: the
+    fold stops its judging at its last pass."""
+
+    event_type: ClassVar[str] = "judging_stopped"
+    territory: str
+    reason: Literal["window_expired"]
+    detail: str = ""
+
+
 class MatchFinished(EventData):
     event_type: ClassVar[str] = "match_finished"
     finish_reason: FinishReason
@@ -232,6 +262,8 @@ DATA_MODELS: dict[str, type[EventData]] = {
         AgentEnded,
         CompetitorDone,
         FinalVerification,
+        LedgerUpdated,
+        JudgingStopped,
         MatchFinished,
         MatchClosed,
         MatchResumed,

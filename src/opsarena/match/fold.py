@@ -31,6 +31,8 @@ from opsarena.match.events import (
     HostProvisioned,
     HostProvisioning,
     HostState,
+    JudgingStopped,
+    LedgerUpdated,
     MatchClosed,
     MatchCreated,
     MatchFinished,
@@ -40,7 +42,14 @@ from opsarena.match.events import (
     Preflight,
     parse_event,
 )
-from opsarena.match.record import AgentRecord, MatchRecord, MilestoneRecord, TerritoryRecord
+from opsarena.match.record import (
+    AgentRecord,
+    LedgerSummary,
+    MatchRecord,
+    MilestoneRecord,
+    TerritoryRecord,
+)
+from opsarena.referee.ledger import Ledger
 from opsarena.store import StoredEvent
 
 HOST_STATES = frozenset({"ready", "rebooting", "lost", "removed", "kept"})
@@ -78,6 +87,7 @@ class RecordFolder:
         self._seq = 0
         self._evaluating: dict[tuple[str, str], int] = {}
         self._passed_attempt: dict[tuple[str, str], int] = {}
+        self._ledgers: dict[str, Ledger] = {}
         self._last_attempt: dict[tuple[str, str], int] = {}
 
     def record(self) -> MatchRecord:
@@ -190,6 +200,22 @@ class RecordFolder:
             case FinalVerification(territory=name, changed=changed):
                 territory = self._territory(name)
                 self._compete(territory, "changed" if changed else "unchanged")
+            case LedgerUpdated(territory=name):
+                territory = self._territory(name)
+                self._milestone(name, data.milestone)
+                ledger = self._ledgers.setdefault(name, Ledger())
+                ledger.apply(data.to_update())
+                territory.ledger = LedgerSummary.model_validate(ledger.summary.model_dump())
+            case JudgingStopped(territory=name, reason=reason, detail=detail):
+                territory = self._territory(name)
+                territory.judging_stopped_at_ms = event.t_ms
+                territory.judging_stopped_reason = reason
+                territory.judging_stopped_detail = detail or None
+                if reason == "window_expired" and territory.competitor_state in (
+                    "verifying",
+                    "settled",
+                ):
+                    self._compete(territory, "unchanged")
             case MatchFinished():
                 self._finished(event, data)
             case MatchClosed():
@@ -371,6 +397,10 @@ class RecordFolder:
         territory.milestone_points += points
         if all(m.passed for m in territory.milestones.values()):
             territory.durable_at_ms = t_ms
+            if territory.judging_stopped_reason is None:
+                # Every milestone passed: nothing is left to judge.
+                territory.judging_stopped_at_ms = t_ms
+                territory.judging_stopped_reason = "durable"
             self._compete(territory, "durable")
 
     def _milestone_passed(self, data: MilestonePassed) -> None:

@@ -34,6 +34,20 @@ class MilestoneRecord(_Record):
     points_available: int = 0
 
 
+class LedgerSummary(_Record):
+    """Per territory: acknowledged and indeterminate writes, how re-reads ended, and how
+    many records the ledger holds now."""
+
+    acknowledged: int = 0
+    indeterminate: int = 0
+    verified: int = 0
+    lost: int = 0
+    corrupted: int = 0
+    stale: int = 0
+    unexpected: int = 0
+    records: int = 0
+
+
 class TerritoryRecord(_Record):
     """One territory: its host's lifecycle (`state`) and its competitor's standing."""
 
@@ -55,6 +69,12 @@ class TerritoryRecord(_Record):
     done_by: str | None = None
     disk_frozen_at_ms: int | None = None
     """When the host went over its disk quota and its disk became read-only."""
+    ledger: LedgerSummary = Field(default_factory=LedgerSummary)
+    """The durability ledger's totals (see docs/REFEREE.md)."""
+    judging_stopped_at_ms: int | None = None
+    judging_stopped_reason: str | None = None
+    """`durable` or `window_expired` (the settle window after the agent ended)."""
+    judging_stopped_detail: str | None = None
 
 
 class AgentRecord(_Record):

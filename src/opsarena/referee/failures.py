@@ -69,6 +69,9 @@ REASONS: dict[str, Reason] = dict(
         _row("wrong_body", _C, "GET /health answered 200 with a body other than `ready`"),
         _row("record_missing", _C, "GET of a record the service acknowledged answered 404"),
         _row("record_corrupted", _C, "GET of a record answered 200 with other bytes"),
+        _row("wrong_record", _C, "GET of a record answered with the value of another id"),
+        _row("stale_value", _C, "GET after an overwrite answered with the older value"),
+        _row("found_unwritten", _C, "GET of an id never written answered 200, not 404"),
         _row("unit_missing", _C, "the systemd unit does not exist"),
         _row("service_not_running", _C, "the unit exists but has no running process"),
         _row("restart_failed", _C, "the unit had no new main process after a restart"),
@@ -119,25 +122,56 @@ def classify_error(error: BaseException) -> Reason:
 def body_summary(data: bytes) -> str:
     """`N bytes sha256:PREFIX "preview"`: enough to compare two bodies, never the body."""
     digest = hashlib.sha256(data).hexdigest()[:12]
-    preview = data[:PREVIEW_BYTES].decode("ascii", errors="backslashreplace")
-    preview = preview.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    preview = "".join(
+        chr(byte) if 0x20 <= byte < 0x7F and byte not in (0x22, 0x5C) else f"\\x{byte:02x}"
+        for byte in data[:PREVIEW_BYTES]
+    )
     more = "..." if len(data) > PREVIEW_BYTES else ""
     return f'{len(data)} bytes sha256:{digest} "{preview}{more}"'
 
 
-def curl_line(method: str, port: int, target: str, *, body: bytes | None = None) -> str:
-    """A curl command that repeats the request from inside the host and prints the status
-    line, headers and body (`-i`). A PUT body over 256 bytes or not printable ASCII is `@FILE`."""
+BODY_FILE = "/tmp/opsarena-body.bin"
+"""Where a reproducing curl line puts a binary request body (and `GOT_FILE` a response)."""
+GOT_FILE = "/tmp/opsarena-got.bin"
+HEX_BODY_MAX = 1024
+"""A binary PUT body up to this size is spelled out (hex) in the curl line; a larger one
+is replaced by random bytes of the same size."""
+
+
+def curl_line(
+    method: str, port: int, target: str, *, body: bytes | None = None, save: bool = False
+) -> str:
+    """A shell line that repeats the request from inside the host and prints the status
+    line, headers and body (`-i`). A PUT body over 256 bytes or not printable ASCII is
+    written to a file first (`BODY_FILE`: the exact bytes up to `HEX_BODY_MAX`, else the
+    same number of random bytes) and sent with `--data-binary @FILE`. With `save`, a
+    GET's body goes to `GOT_FILE` and its size and sha256 are printed instead."""
     url = f"http://127.0.0.1:{port}{target}"
     parts = ["curl", "-sS", "-i", "--max-time", "5"]
+    prefix = ""
     if method == "PUT":
         data = body or b""
         shown = len(data) <= 256 and all(0x20 <= byte < 0x7F for byte in data)
-        parts += ["-X", "PUT", "--data-binary", data.decode("ascii") if shown else "@FILE"]
+        if shown:
+            parts += ["-X", "PUT", "--data-binary", data.decode("ascii")]
+        else:
+            if len(data) <= HEX_BODY_MAX:
+                maker = (
+                    "python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.argv[1]))' "
+                    f"{data.hex()} > {BODY_FILE}"
+                )
+            else:
+                maker = f"head -c {len(data)} /dev/urandom > {BODY_FILE}"
+            prefix = maker + " && "
+            parts += ["-X", "PUT", "--data-binary", f"@{BODY_FILE}"]
     elif method != "GET":
         parts += ["-X", method]
+    if save and method == "GET":
+        parts = ["curl", "-sS", "--max-time", "5", "-o", GOT_FILE]
+        parts += ["-w", "%{http_code} %{size_download}\\n", url]
+        return " ".join(shlex.quote(p) for p in parts) + f" && sha256sum {GOT_FILE}"
     parts.append(url)
-    return " ".join(shlex.quote(p) for p in parts)
+    return prefix + " ".join(shlex.quote(p) for p in parts)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ For every territory it evaluates the first unpassed milestone at the challenge's
 in order; the territories run concurrently, so a reboot in one never delays another. A
 passed milestone stays passed with its evidence. Every attempt is reported through
 `emit` as `attempt_started` then `attempt_result` (plus `milestone_passed`,
-`fault_injected` and `host_state` as they happen), in the match's event vocabulary.
+`fault_injected`, `host_state` and `ledger_update` as they happen), in the match's event
+vocabulary. Each territory keeps a durability ledger (`opsarena.referee.ledger`) that
+changes only through the `ledger_update` it emits, so it can be rebuilt from the log
+(`restore_ledger`). A fault milestone failing again and again backs off (`retry_delay`).
 
 Whose fault: `failed` verdicts (category `verification_failed`) are the competitor's and
 are answered by another attempt at the cadence; `referee_error` verdicts (host or podman
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,10 +36,11 @@ from opsarena.challenges.checks import (
     load_checks_module,
 )
 from opsarena.challenges.model import Challenge, Milestone
-from opsarena.errors import HostBootError, HostError
+from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee.checks import FAULT_TIMEOUT_S
 from opsarena.referee.failures import REASONS, describe_error
+from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
+from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
 from opsarena.referee.records import derive_record
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,24 @@ PREFLIGHT_GAP_S = 1.0
 VERIFY_REFEREE_ERROR_RETRIES = 2
 """`verify` repeats a milestone at most this many more times after a referee_error."""
 
+BACKOFF_AFTER = 3
+"""A fault milestone failing this many times in a row starts backing off."""
+BACKOFF_CAP_S = 5.0
+"""The back-off never waits longer than this between attempts."""
+
+
+def retry_delay(cadence_s: float, consecutive_failures: int, *, fault: bool) -> float:
+    """Seconds from the start of a failed attempt to the start of the next one. Pure.
+
+    The cadence, except for a milestone that injects a fault and has failed
+    `BACKOFF_AFTER` or more times in a row: then the cadence doubles with each further
+    failure (2x, 4x, ...), capped at `BACKOFF_CAP_S` (never below the cadence). The same
+    rule for every competitor; a pass, or any other milestone, resets nothing else."""
+    if not fault or consecutive_failures < BACKOFF_AFTER:
+        return cadence_s
+    factor = 2.0 ** (consecutive_failures - BACKOFF_AFTER + 1)
+    return max(cadence_s, min(BACKOFF_CAP_S, cadence_s * factor))
+
 
 @dataclass
 class MilestoneState:
@@ -61,6 +84,8 @@ class MilestoneState:
     evidence: dict[str, Any] | None = None
     passed_at_ms: int | None = None
     last: Verdict | None = None
+    consecutive_failures: int = 0
+    next_delay_s: float | None = None
 
 
 @dataclass
@@ -71,6 +96,9 @@ class TerritoryState:
     durable: asyncio.Event = field(default_factory=asyncio.Event)
     durable_at_ms: int | None = None
     referee_errors: int = 0
+    ledger: Ledger = field(default_factory=Ledger)
+    stopped: bool = False
+    """Judging of this territory is over (its settle window ended): no attempt starts."""
 
 
 @dataclass(frozen=True)
@@ -245,9 +273,30 @@ class Referee:
         state = self._state(territory)
         async with state.lock:
             milestone = self.first_unpassed(territory)
-            if milestone is None:
+            if milestone is None or state.stopped:
                 return None
             return await self._attempt(territory, milestone)
+
+    async def stop_judging(self, territory: str, *, unless_passed_beyond: int) -> bool:
+        """End judging of `territory`: waits for an attempt in flight to run to its end,
+        then no further attempt starts; returns True. When by then more than
+        `unless_passed_beyond` milestones have passed, judging goes on: returns False."""
+        state = self._state(territory)
+        async with state.lock:
+            if sum(m.passed for m in state.milestones.values()) > unless_passed_beyond:
+                return False
+            state.stopped = True
+            return True
+
+    def ledger_summary(self, territory: str) -> LedgerSummary:
+        return self._state(territory).ledger.summary.model_copy()
+
+    def restore_ledger(self, territory: str, updates: list[LedgerUpdate]) -> None:
+        """Rebuild `territory`'s ledger from its logged updates (`opsarena resume`), in
+        log order, exactly as the fold does."""
+        ledger = self._state(territory).ledger
+        for update in updates:
+            ledger.apply(update)
 
     async def run(self) -> None:
         """Evaluate every territory at the cadence until cancelled (or until every
@@ -278,10 +327,15 @@ class Referee:
                 return
             if verdict.outcome == "passed":
                 continue
-            await asyncio.sleep(max(0.0, started + cadence - time.monotonic()))
+            milestone = self.first_unpassed(territory)
+            delay = cadence
+            if milestone is not None:
+                delay = self.milestone_state(territory, milestone.id).next_delay_s or cadence
+            await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
 
     async def verify(self, territory: str) -> bool:
-        """One immediate evaluation pass (final verification after an agent ended):
+        """One immediate evaluation pass (for tools and tests; a match uses the settle
+        window instead):
         attempts the first unpassed milestone and, while they pass, the next ones (with
         their faults). A referee_error is retried up to `VERIFY_REFEREE_ERROR_RETRIES`
         times. Returns True when at least one milestone newly passed."""
@@ -307,14 +361,36 @@ class Referee:
         ids = {"territory": territory, "milestone": milestone.id, "attempt": attempt}
         await self.emit("attempt_started", dict(ids))
         started = time.monotonic()
-        verdict = await self._run_check(territory, milestone, attempt=attempt, faults=True)
+        pending = Pending(territory, milestone.id, attempt, state.ledger)
+        verdict = await self._run_check(
+            territory, milestone, attempt=attempt, faults=True, pending=pending
+        )
         duration_ms = int((time.monotonic() - started) * 1000)
-        mstate.last = verdict
         passed = verdict.outcome == "passed"
         points = milestone.points if passed else 0
         if verdict.outcome == "referee_error":
             state.referee_errors += 1
             self.infrastructure_failures += 1
+        mstate.consecutive_failures = 0 if passed else mstate.consecutive_failures + 1
+        mstate.next_delay_s = None
+        if not passed:
+            is_fault = milestone_fault(milestone.check, milestone.fault) is not None
+            delay = retry_delay(
+                self.challenge.cadence_s, mstate.consecutive_failures, fault=is_fault
+            )
+            if delay > self.challenge.cadence_s:
+                mstate.next_delay_s = delay
+                verdict = dataclasses.replace(
+                    verdict,
+                    failure_detail=f"{verdict.failure_detail}; failed "
+                    f"{mstate.consecutive_failures} times in a row: the next attempt starts "
+                    f"{delay:g} s after this one started (back-off)",
+                )
+        mstate.last = verdict
+        update = pending.update()
+        if not update.empty:
+            state.ledger.apply(update, writes=False)
+            await self.emit("ledger_update", update.model_dump(mode="json"))
         await self.emit(
             "attempt_result",
             {
@@ -349,7 +425,13 @@ class Referee:
         return verdict
 
     async def _run_check(
-        self, territory: str, milestone: Milestone, *, attempt: int, faults: bool
+        self,
+        territory: str,
+        milestone: Milestone,
+        *,
+        attempt: int,
+        faults: bool,
+        pending: Pending | None = None,
     ) -> Verdict:
         state = self._state(territory)
         record_id, record_value = derive_record(self.seed, territory, milestone.id, attempt)
@@ -367,6 +449,10 @@ class Referee:
             record_id=record_id,
             record_value=record_value,
             inject_fault=inject_fault,
+            seed=self.seed,
+            # A preflight works on a throw-away ledger: nothing it wrote is ever judged.
+            ledger=state.ledger if pending is not None else Ledger(),
+            pending=pending or Pending(territory, milestone.id, 1, None),
         )
         try:
             verdict = await self._checks[milestone.id](state.host, ctx)
@@ -383,36 +469,21 @@ class Referee:
         self, territory: str, milestone: str, attempt: int, kind: FaultKind
     ) -> int:
         host = self._state(territory).host
-        unit = self.challenge.unit
+        fault = get_fault(kind)
         ids = {"territory": territory, "milestone": milestone, "attempt": attempt, "fault": kind}
-        if kind == "reboot":
-            await self.emit("host_state", {"territory": territory, "state": "rebooting"})
+        if fault.host_state is not None:
+            await self.emit("host_state", {"territory": territory, "state": fault.host_state})
         started = time.monotonic()
         try:
-            if kind == "restart":
-                pid = await host.restart_service(unit, timeout=FAULT_TIMEOUT_S["restart"])
-                detail = f"{unit} restarted; its new main PID is {pid}"
-            else:
-                boots = host.boots
-                await host.reboot(timeout=FAULT_TIMEOUT_S["reboot"])
-                if host.boots != boots + 1:
-                    raise HostBootError(
-                        f"{host.name} reported no new boot after the reboot "
-                        f"(boots {boots} -> {host.boots})"
-                    )
-                detail = f"{host.name} rebooted and is ready (boot {host.boots})"
+            async with asyncio.timeout(fault.timeout_s + 10.0):
+                run = await run_fault(fault, host, self.challenge.unit)
         except Exception as exc:
             duration_ms = int((time.monotonic() - started) * 1000)
             await self.emit(
                 "fault_injected",
-                {
-                    **ids,
-                    "ok": False,
-                    "detail": describe_error(exc),
-                    "duration_ms": duration_ms,
-                },
+                {**ids, "ok": False, "detail": describe_error(exc), "duration_ms": duration_ms},
             )
-            if kind == "reboot":
+            if fault.host_state is not None:
                 await self.emit(
                     "host_state",
                     {
@@ -423,9 +494,10 @@ class Referee:
             raise
         duration_ms = int((time.monotonic() - started) * 1000)
         await self.emit(
-            "fault_injected", {**ids, "ok": True, "detail": detail, "duration_ms": duration_ms}
+            "fault_injected",
+            {**ids, "ok": True, "detail": run.detail, "duration_ms": duration_ms},
         )
-        if kind == "reboot":
+        if fault.host_state is not None:
             await self.emit("host_state", {"territory": territory, "state": "ready"})
         return duration_ms
 

@@ -13,6 +13,19 @@ referee decides what it really earned. Designed verdicts:
 | not-enabled  | pass                  | pass       | pass             | not_ready_after_fault  |
 | wrong-health | wrong_body            |            |                  |                        |
 | idle         | connection_refused    |            |                  |                        |
+| ignore-ids   | pass                  | wrong_record     |            |                  |
+| newest-only  | pass                  | record_missing   |            |                  |
+| binary-unsafe| pass                  | record_corrupted |            |                  |
+| size-limited | pass                  | record_corrupted |            |                  |
+| found-missing| pass                  | found_unwritten  |            |                  |
+| no-overwrite | pass                  | stale_value      |            |                  |
+| racy         | pass                  | wrong_record     |            |                  |
+| slow-start   | pass (after 6 s)      | pass       | pass             | pass                   |
+
+The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
+(`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
+server starts and whose agent ends right after `systemctl enable --now`, without waiting:
+only the settle window lets it reach its verdict.
 """
 
 from __future__ import annotations
@@ -90,6 +103,9 @@ class RecordsServiceBuilder(ScriptedBuilder):
     storage: ClassVar[Storage] = "disk"
     health_body: ClassVar[str] = "ready"
     enable: ClassVar[bool] = True
+    flaw: ClassVar[str | None] = None
+    start_delay_s: ClassVar[int] = 0
+    wait: ClassVar[bool] = True
 
     async def deploy(
         self, host: Host, target: ServiceTarget, *, wait_seconds: float
@@ -103,10 +119,14 @@ class RecordsServiceBuilder(ScriptedBuilder):
             storage=self.storage,
             health_body=self.health_body,
             builder=self.name,
+            flaw=self.flaw,
+            start_delay_s=self.start_delay_s,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
-            activation_script(target, enable=self.enable, wait_seconds=wait_seconds),
+            activation_script(
+                target, enable=self.enable, wait_seconds=wait_seconds, wait=self.wait
+            ),
             timeout=wait_seconds + 30.0,
         )
 
@@ -117,9 +137,12 @@ class RecordsServiceBuilder(ScriptedBuilder):
             "memory": "process memory",
         }[self.storage]
         started = "enabled and started" if self.enable else "started (not enabled)"
+        flaw = f"; flaw {self.flaw}" if self.flaw else ""
+        delay = f"; the unit sleeps {self.start_delay_s} s first" if self.start_delay_s else ""
         return (
             f"{self.name}: stdlib Python records service on port {target.port}, "
             f"records in {where}, /health says {self.health_body!r}; {target.unit} {started}"
+            f"{flaw}{delay}"
         )
 
 
@@ -160,6 +183,72 @@ class WrongHealthBuilder(RecordsServiceBuilder):
     name = "wrong-health"
     model = "scripted/wrong-health"
     health_body = "ok"
+
+
+class IgnoreIdsBuilder(RecordsServiceBuilder):
+    """Answers every GET with the last body PUT, whatever the id."""
+
+    name = "ignore-ids"
+    model = "scripted/ignore-ids"
+    flaw = "ignore-ids"
+
+
+class NewestOnlyBuilder(RecordsServiceBuilder):
+    """Keeps only the most recent record."""
+
+    name = "newest-only"
+    model = "scripted/newest-only"
+    flaw = "newest-only"
+
+
+class BinaryUnsafeBuilder(RecordsServiceBuilder):
+    """Decodes bodies as UTF-8 text: binary values come back changed."""
+
+    name = "binary-unsafe"
+    model = "scripted/binary-unsafe"
+    flaw = "utf8"
+
+
+class SizeLimitedBuilder(RecordsServiceBuilder):
+    """Cuts bodies at 64 KiB."""
+
+    name = "size-limited"
+    model = "scripted/size-limited"
+    flaw = "size-limit"
+
+
+class FoundForMissingBuilder(RecordsServiceBuilder):
+    """Answers 200 (empty body) for ids never written."""
+
+    name = "found-for-missing"
+    model = "scripted/found-for-missing"
+    flaw = "found-for-missing"
+
+
+class NoOverwriteBuilder(RecordsServiceBuilder):
+    """Ignores a PUT to an id that exists (first write wins)."""
+
+    name = "no-overwrite"
+    model = "scripted/no-overwrite"
+    flaw = "no-overwrite"
+
+
+class RacyBuilder(RecordsServiceBuilder):
+    """Not safe under concurrent writes: parallel PUTs store each other's bodies."""
+
+    name = "racy"
+    model = "scripted/racy"
+    flaw = "racy"
+
+
+class SlowStartBuilder(RecordsServiceBuilder):
+    """Correct, but its unit sleeps 6 s before the server starts, and the agent ends
+    right after `systemctl enable --now` without waiting for it."""
+
+    name = "slow-start"
+    model = "scripted/slow-start"
+    start_delay_s = 6
+    wait = False
 
 
 class WebdavBuilder(ScriptedBuilder):

@@ -87,9 +87,16 @@ def service_target(params: Mapping[str, Any]) -> ServiceTarget:
 
 
 def records_server_command(
-    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str
+    target: ServiceTarget,
+    script_path: str,
+    *,
+    storage: Storage,
+    health_body: str,
+    flaw: str | None = None,
+    start_delay_s: int = 0,
 ) -> str:
-    """The `ExecStart=` line running the shared records server with these choices."""
+    """The `ExecStart=` line running the shared records server with these choices (a
+    deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server)."""
     argv = ["/usr/bin/python3", script_path, "--port", str(target.port)]
     if storage == "memory":
         argv.append("--in-memory")
@@ -97,12 +104,23 @@ def records_server_command(
         base = target.state_dir if storage == "disk" else target.runtime_dir
         argv += ["--storage", f"{base}/records"]
     argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
+    if flaw is not None:
+        argv += ["--flaw", flaw]
+    if start_delay_s:
+        argv = ["/bin/sh", "-c", f"sleep {start_delay_s} && exec {shlex.join(argv)}"]
     # systemd splits ExecStart= much like a POSIX shell does for quoted words.
     return shlex.join(argv)
 
 
 def records_unit(
-    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str, builder: str
+    target: ServiceTarget,
+    script_path: str,
+    *,
+    storage: Storage,
+    health_body: str,
+    builder: str,
+    flaw: str | None = None,
+    start_delay_s: int = 0,
 ) -> str:
     """The unit file of a Python records service (always `Restart=always`, installable
     into multi-user.target; whether it is enabled is the builder's choice)."""
@@ -114,7 +132,12 @@ def records_unit(
         "memory": "",
     }[storage]
     exec_start = records_server_command(
-        target, script_path, storage=storage, health_body=health_body
+        target,
+        script_path,
+        storage=storage,
+        health_body=health_body,
+        flaw=flaw,
+        start_delay_s=start_delay_s,
     )
     return (
         "[Unit]\n"
@@ -196,21 +219,28 @@ def nginx_unit(target: ServiceTarget, config_path: str) -> str:
     )
 
 
-def activation_script(target: ServiceTarget, *, enable: bool, wait_seconds: float) -> str:
+def activation_script(
+    target: ServiceTarget, *, enable: bool, wait_seconds: float, wait: bool = True
+) -> str:
     """Bash that creates the service user, reloads systemd, enables and starts the unit
     (or only starts it), then polls /health with curl until something answers. Exits 0
     once the port answers HTTP; exits 1 if it did not within `wait_seconds` or the unit
     failed for good, with the unit's last log lines and then a one-line reason on stderr.
-    Exits non-zero at once when a systemctl command fails."""
+    Exits non-zero at once when a systemctl command fails. Without `wait`, it exits 0
+    right after systemctl (nothing is polled)."""
     user = target.stem
     start = "enable --now" if enable else "start"
     attempts = max(1, int(wait_seconds / 0.1))
-    return (
+    head = (
         "set -eu\n"
         f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         "systemctl daemon-reload\n"
         f"systemctl {start} {target.unit}\n"
+    )
+    if not wait:
+        return head + "exit 0\n"
+    return head + (
         f"for _ in $(seq {attempts}); do\n"
         f"  curl -s -o /dev/null --max-time 1 {target.health_url} && exit 0\n"
         f"  systemctl is-failed --quiet {target.unit} && break\n"

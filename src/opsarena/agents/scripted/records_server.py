@@ -10,6 +10,8 @@ arguments in the systemd unit, which is how one script serves every Python build
   created if missing.
 - `--in-memory`: records live in a dict and die with the process.
 - `--health-body TEXT`: what `GET /health` answers (200); "ready" unless told.
+- `--flaw NAME`: break one clause of the contract on purpose, for the referee's
+  calibration (`FLAWS` says what each does).
 
 HTTP contract: `GET /health` → 200 and the health body. `PUT /records/<id>` stores the
 exact request body (Content-Length or chunked, at most `--max-body` bytes, 8 MiB by
@@ -26,6 +28,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -99,7 +102,58 @@ class MemoryRecords:
             self._records[record_id] = body
 
 
-Records = DiskRecords | MemoryRecords
+FLAWS = {
+    "ignore-ids": "every id is the same record: GET answers the last body PUT, whatever the id",
+    "newest-only": "only the most recent record is kept; every older one is deleted",
+    "utf8": "bodies are decoded as UTF-8 text (bad bytes replaced) and stored re-encoded",
+    "size-limit": "bodies are cut at 64 KiB without a word",
+    "found-for-missing": "GET of an id never written answers 200 with an empty body",
+    "no-overwrite": "a PUT to an id that exists is answered 204 and ignored",
+    "racy": "PUT bodies pass through one shared buffer, unlocked: parallel PUTs mix them up",
+}
+SIZE_LIMIT = 64 * 1024
+RACE_WINDOW_S = 0.2
+
+
+class FlawedRecords:
+    """Records with one deliberate flaw (a key of `FLAWS`) over real storage."""
+
+    def __init__(self, inner: DiskRecords | MemoryRecords, flaw: str) -> None:
+        self.inner = inner
+        self.flaw = flaw
+        self._shared = b""
+
+    def get(self, record_id: str) -> bytes | None:
+        if self.flaw == "ignore-ids":
+            record_id = "all"
+        body = self.inner.get(record_id)
+        if body is None and self.flaw == "found-for-missing":
+            return b""
+        return body
+
+    def put(self, record_id: str, body: bytes) -> None:
+        flaw = self.flaw
+        if flaw == "ignore-ids":
+            record_id = "all"
+        elif flaw == "utf8":
+            body = body.decode("utf-8", errors="replace").encode("utf-8")
+        elif flaw == "size-limit":
+            body = body[:SIZE_LIMIT]
+        elif flaw == "no-overwrite" and self.inner.get(record_id) is not None:
+            return
+        elif flaw == "racy":
+            self._shared = body
+            time.sleep(RACE_WINDOW_S)
+            body = self._shared
+        self.inner.put(record_id, body)
+        if flaw == "newest-only" and isinstance(self.inner, DiskRecords):
+            for name in os.listdir(self.inner.directory):
+                if name != record_id and not name.startswith("."):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.inner.directory, name))
+
+
+Records = DiskRecords | MemoryRecords | FlawedRecords
 
 
 class RecordsServer(ThreadingHTTPServer):
@@ -236,12 +290,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     where.add_argument("--in-memory", action="store_true", help="keep records in memory only")
     parser.add_argument("--health-body", default="ready")
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY)
+    parser.add_argument("--flaw", choices=sorted(FLAWS))
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    records: Records = MemoryRecords() if args.in_memory else DiskRecords(args.storage)
+    inner = MemoryRecords() if args.in_memory else DiskRecords(args.storage)
+    records: Records = FlawedRecords(inner, args.flaw) if args.flaw else inner
     server = RecordsServer(
         (args.bind, args.port),
         records=records,

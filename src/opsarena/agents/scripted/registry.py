@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from opsarena.agents.scripted.builders import (
+    BinaryUnsafeBuilder,
+    FoundForMissingBuilder,
     IdleBuilder,
+    IgnoreIdsBuilder,
     InMemoryBuilder,
+    NewestOnlyBuilder,
+    NoOverwriteBuilder,
     NotEnabledBuilder,
+    RacyBuilder,
     ReferenceBuilder,
     ScriptedBuilder,
+    SizeLimitedBuilder,
+    SlowStartBuilder,
     VolatileBuilder,
     WebdavBuilder,
     WrongHealthBuilder,
@@ -24,6 +32,14 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         NotEnabledBuilder,
         WrongHealthBuilder,
         IdleBuilder,
+        IgnoreIdsBuilder,
+        NewestOnlyBuilder,
+        BinaryUnsafeBuilder,
+        SizeLimitedBuilder,
+        FoundForMissingBuilder,
+        NoOverwriteBuilder,
+        RacyBuilder,
+        SlowStartBuilder,
     )
 }
 

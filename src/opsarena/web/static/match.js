@@ -69,6 +69,12 @@ function failureBlock(name, territory) {
   return block;
 }
 
+function ledgerLine(l) {
+  return `${l.acknowledged} acknowledged, ${l.verified} verified, ${l.lost} lost, ` +
+    `${l.corrupted} corrupted, ${l.stale} stale, ${l.unexpected} unexpected, ` +
+    `${l.indeterminate} indeterminate`;
+}
+
 function card(name, territory, record) {
   const agent = record.agents[territory.agent] || {};
   const available = Object.values(territory.milestones)
@@ -92,6 +98,14 @@ function card(name, territory, record) {
     ["standing", territory.competitor_state],
     ["durable", durable],
   ];
+  const ledger = territory.ledger;
+  if (ledger) {
+    rows.push(["ledger", ledgerLine(ledger)]);
+  }
+  if (territory.judging_stopped_reason) {
+    rows.push(["judging stopped", `${duration(territory.judging_stopped_at_ms)}: ` +
+      (territory.judging_stopped_detail || territory.judging_stopped_reason)]);
+  }
   if (territory.elimination_detail) {
     rows.push(["eliminated", `${territory.elimination_source}: ${territory.elimination_detail}`]);
   }

@@ -1,0 +1,186 @@
+"""The faults (Jepsen's nemesis): one registered object per fault, found by name.
+
+A fault has three steps, run in order by `run_fault`: `inject` (through one `Host`
+method, named by `host_method`), `confirm` (from outside the host: a new main PID, a new
+boot; never what a program inside the host prints) and `heal` (whatever must hold before
+the service is probed again). A challenge names faults by these names (a milestone's
+`fault`); a host driver declares the names it supports (`HostDriver.faults`), and a
+challenge needing one its driver lacks is refused at match start (`missing_faults`).
+
+Adding a fault is one class here with `@register_fault`: nothing else dispatches on
+fault names.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from opsarena.challenges.model import Challenge
+from opsarena.errors import HostBootError
+from opsarena.hosts import Host
+
+CHECK_FAULTS = {"restart-durability": "restart", "reboot-durability": "reboot"}
+"""The fault each built-in durability check injects when its milestone names none."""
+
+
+@dataclass(frozen=True)
+class FaultRun:
+    """What one injected fault did: a one-line detail for the `fault_injected` event."""
+
+    detail: str
+
+
+class Fault(abc.ABC):
+    """One kind of fault. Subclasses set the class attributes and the three steps."""
+
+    name: ClassVar[str]
+    host_method: ClassVar[str]
+    """The `Host` method that performs it (a driver without it cannot offer the fault)."""
+    timeout_s: ClassVar[float]
+    """Bound on the whole fault (separate from the readiness budget after it)."""
+    after: ClassVar[str]
+    """How a failure_detail names the time after it: "after the restart"."""
+    host_state: ClassVar[str | None] = None
+    """The host state logged while the fault is in flight ("rebooting"), if any."""
+
+    def describe(self, host: Host, unit: str) -> str:
+        """What the fault does, as a failure_detail step."""
+        return f"{self.name} of {host.name}"
+
+    async def before(self, host: Host, unit: str) -> int:
+        """What `confirm` compares against, read before the fault (default: nothing)."""
+        return 0
+
+    @abc.abstractmethod
+    async def inject(self, host: Host, unit: str) -> int:
+        """Perform the fault; returns what `confirm` needs (a PID, a boot count...)."""
+
+    @abc.abstractmethod
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        """Confirm from outside that the fault happened; raise the host contract's error
+        when it did not."""
+
+    async def heal(self, host: Host, unit: str) -> None:  # noqa: B027 (optional step)
+        """Bring the host back to where the service can be probed (default: nothing)."""
+
+
+_FAULTS: dict[str, Fault] = {}
+
+
+def register_fault(cls: type[Fault]) -> type[Fault]:
+    """Class decorator: register one instance of `cls` under `cls.name`."""
+    if cls.name in _FAULTS and type(_FAULTS[cls.name]) is not cls:
+        raise ValueError(f"a fault named {cls.name!r} is registered already")
+    _FAULTS[cls.name] = cls()
+    return cls
+
+
+def fault_names() -> list[str]:
+    return sorted(_FAULTS)
+
+
+def get_fault(name: str) -> Fault:
+    """The fault registered as `name`; `KeyError` (a bug: challenges are checked first)."""
+    return _FAULTS[name]
+
+
+async def run_fault(fault: Fault, host: Host, unit: str) -> FaultRun:
+    """Inject, confirm and heal `fault` on `host`; raises whatever a step raised."""
+    before = await fault.before(host, unit)
+    injected = await fault.inject(host, unit)
+    run = await fault.confirm(host, unit, before, injected)
+    await fault.heal(host, unit)
+    return run
+
+
+def milestone_fault(check: str, fault: str | None) -> str | None:
+    """The fault a milestone injects: its own `fault`, else its check's default."""
+    return fault if fault is not None else CHECK_FAULTS.get(check)
+
+
+def faults_needed(challenge: Challenge) -> list[str]:
+    """Every fault `challenge` injects, in milestone order, without repeats."""
+    needed: list[str] = []
+    for m in challenge.milestones:
+        name = milestone_fault(m.check, m.fault)
+        if name is not None and name not in needed:
+            needed.append(name)
+    return needed
+
+
+def missing_faults(challenge: Challenge, supported: Iterable[str], driver: str) -> str | None:
+    """One line saying which faults `challenge` needs that are unknown or that the host
+    driver `driver` does not support; None when every one is there. Pure."""
+    offered = set(supported)
+    unknown = [f for f in faults_needed(challenge) if f not in _FAULTS]
+    if unknown:
+        return (
+            f"challenge {challenge.name!r} names unknown faults {', '.join(unknown)} "
+            f"(known: {', '.join(fault_names())})"
+        )
+    bare = [m.id for m in challenge.milestones if m.check == "fault-durability" and not m.fault]
+    if bare:
+        return (
+            f"challenge {challenge.name!r}: milestones {', '.join(bare)} use the check "
+            'fault-durability but name no fault (add fault = "...")'
+        )
+    lacking = [f for f in faults_needed(challenge) if f not in offered]
+    if lacking:
+        return (
+            f"challenge {challenge.name!r} needs the faults {', '.join(lacking)}, which the "
+            f"host driver {driver!r} does not support (it offers: "
+            f"{', '.join(sorted(offered)) or 'none'})"
+        )
+    return None
+
+
+@register_fault
+class RestartFault(Fault):
+    """`systemctl restart` of the competitor's unit; confirmed by a new main PID."""
+
+    name = "restart"
+    host_method = "restart_service"
+    timeout_s = 30.0
+    after = "after the restart"
+
+    def describe(self, host: Host, unit: str) -> str:
+        return f"systemctl restart {unit}"
+
+    async def inject(self, host: Host, unit: str) -> int:
+        return await host.restart_service(unit, timeout=self.timeout_s)
+
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        # `restart_service` returns only once MainPID is non-zero and new: seen by the
+        # driver from outside (systemd's own property, not a program of the host).
+        return FaultRun(f"{unit} restarted; its new main PID is {injected}")
+
+
+@register_fault
+class RebootFault(Fault):
+    """A clean reboot of the whole host; confirmed by a new boot of its init."""
+
+    name = "reboot"
+    host_method = "reboot"
+    timeout_s = 90.0
+    after = "after the reboot"
+    host_state = "rebooting"
+
+    def describe(self, host: Host, unit: str) -> str:
+        return "reboot of the host"
+
+    async def before(self, host: Host, unit: str) -> int:
+        return host.boots
+
+    async def inject(self, host: Host, unit: str) -> int:
+        await host.reboot(timeout=self.timeout_s)
+        return host.boots
+
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        if injected != before + 1:
+            raise HostBootError(
+                f"{host.name} reported no new boot after the reboot (boots {before} -> {injected})"
+            )
+        return FaultRun(f"{host.name} rebooted and is ready (boot {injected})")
