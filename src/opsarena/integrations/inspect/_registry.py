@@ -5,5 +5,6 @@ extensions; importing it registers `sandbox="opsarena"` and the `opsarena/*` tas
 """
 
 from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment
+from opsarena.integrations.inspect.tasks import TASKS
 
-__all__ = ["OpsarenaSandboxEnvironment"]
+__all__ = ["TASKS", "OpsarenaSandboxEnvironment"]
