@@ -38,7 +38,6 @@ INSPECT = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "inspect")
 MODEL = "mockllm/model"
 
 
-
 @pytest.fixture(autouse=True)
 def quiet_display(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INSPECT_DISPLAY", "none")
