@@ -166,3 +166,19 @@ def test_usage_summary_prices_only_when_every_model_has_a_price() -> None:
     summary = usage_summary(unpriced)
     assert summary["cost_micro_usd"] is None
     assert summary["total_tokens"] == 13
+
+
+def test_one_task_per_builtin_challenge_found_through_the_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from inspect_ai._util.registry import registry_lookup
+
+    from opsarena.challenges.catalog import builtin_names
+    from opsarena.integrations.inspect.tasks import TASKS
+
+    [entry] = [e for e in entry_points(group="inspect_ai") if e.name == "opsarena"]
+    assert entry.value == "opsarena.integrations.inspect._registry"
+    assert sorted(TASKS) == sorted(n.replace("-", "_") for n in builtin_names())
+    for name in TASKS:
+        assert registry_lookup("task", f"opsarena/{name}") is not None
+    assert registry_lookup("sandboxenv", "opsarena/opsarena") is not None
