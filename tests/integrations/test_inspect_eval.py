@@ -82,10 +82,14 @@ def deploy_conversation(storage: Storage) -> list[ModelOutput]:
     ]
 
 
-async def run_eval(storage: Storage, match_prefix: str, log_dir: Path) -> EvalLog:
+async def run_eval(
+    conversation: Storage | list[ModelOutput], match_prefix: str, log_dir: Path
+) -> EvalLog:
+    if isinstance(conversation, str):
+        conversation = deploy_conversation(conversation)
     logs = await eval_async(
         "opsarena/durable_records",
-        model=get_model(MODEL, custom_outputs=deploy_conversation(storage)),
+        model=get_model(MODEL, custom_outputs=conversation),
         task_args={"image": TEST_IMAGE, "match_prefix": match_prefix},
         log_dir=str(log_dir),
     )
@@ -107,7 +111,7 @@ def sample_score(log: EvalLog) -> tuple[float, str, dict[str, Any]]:
 def tool_errors(log: EvalLog) -> list[str]:
     assert log.samples is not None
     return [
-        f"{m.function}: {m.error.message}"
+        f"{m.function}: {m.error.type}: {m.error.message}"
         for m in log.samples[0].messages
         if m.role == "tool" and m.error is not None
     ]
@@ -150,6 +154,23 @@ async def test_in_memory_service_scores_three_tenths(match_prefix: str, tmp_path
     assert "service-restart: failed (record_missing)" in explanation
     dumped = dump(log.location)
     assert dumped["samples"][0]["scores"]["referee"]["metadata"]["points"] == 30
+
+
+async def test_an_agent_that_halts_its_host_scores_zero(match_prefix: str, tmp_path: Path) -> None:
+    """Hostile: the agent powers its host off. Its next command is a tool error (the
+    sandbox is unavailable), the sample still ends, and the referee says host_down."""
+    conversation = [
+        # The shutdown ends the sleep; the next command finds the host stopped.
+        turn("bash", {"command": "systemctl poweroff; sleep 120"}),
+        turn("bash", {"command": "true"}),
+        turn("submit", {"answer": "nothing to see"}),
+    ]
+    log = await run_eval(conversation, match_prefix, tmp_path)
+    errors = tool_errors(log)
+    assert any(e.startswith("bash: sandbox_unavailable:") for e in errors), errors
+    value, explanation, metadata = sample_score(log)
+    assert value == 0.0
+    assert metadata["failure_reasons"] == ["host_down"], explanation
 
 
 def test_inspect_cli_runs_the_task(match_prefix: str, tmp_path: Path) -> None:
