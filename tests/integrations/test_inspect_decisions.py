@@ -41,6 +41,13 @@ def test_exec_argv_as_root_switches_no_user_and_keeps_absolute_cwd() -> None:
         assert argv[-2:] == ["--", "true"]
 
 
+def test_a_numeric_user_is_looked_up_in_the_host_then_switched_to_by_name() -> None:
+    argv = commands.exec_argv(["id"], workdir="/root", scope="s", user="65534")
+    switch = argv[argv.index("--unit=s") + 1 :]
+    assert switch[:4] == [commands.SHELL, "-c", commands.NUMERIC_USER_SCRIPT, "65534"]
+    assert switch[4:] == ["/usr/bin/env", "--", "id"]
+
+
 @pytest.mark.parametrize(
     ("cmd", "env", "message"),
     [

@@ -58,6 +58,17 @@ async def test_timeout_kills_processes_that_left_the_process_group(
     assert marker in kept.stdout
 
 
+async def test_users_by_name_or_uid(sandbox: OpsarenaSandboxEnvironment) -> None:
+    for user in ("nobody", "65534"):
+        result = await sandbox.exec(["sh", "-c", "id -un; echo $PATH"], user=user)
+        assert result.stdout.splitlines()[0] == "nobody", result
+        # The command's PATH is the sandbox's, not the provider's pinned one.
+        assert "/usr/local/bin" in result.stdout.splitlines()[1]
+    assert (await sandbox.exec(["id", "-u"], user="0")).stdout == "0\n"
+    missing = await sandbox.exec(["id"], user="4242")
+    assert not missing.success and "4242" in missing.stderr
+
+
 async def test_output_over_the_limit_raises(sandbox: OpsarenaSandboxEnvironment) -> None:
     with override_max_exec_output_size(1024), pytest.raises(OutputLimitExceededError) as error:
         await sandbox.exec(["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x"])

@@ -12,6 +12,8 @@ An exec runs as:
     /usr/bin/env -C CWD /usr/bin/systemd-run --scope --unit=SCOPE ... \
         [/usr/sbin/runuser -u USER --] /usr/bin/env -- K=V ... CMD...
 
+(a numeric user is first turned into its name with `getent passwd` in the host).
+
 `env -C` changes directory as root, so a user who may not list the working directory
 still starts in it (as `docker exec --workdir` does). The transient systemd scope
 holds every process the command starts, even one that calls `setsid` or daemonizes,
@@ -75,13 +77,33 @@ def exec_argv(
             raise ValueError(f"{name!r} is not a valid environment variable name")
         assignments.append(f"{name}={value}")
     directory = resolve_path(workdir, cwd or "")
-    switch = [] if user is None or user in ROOT_USERS else [RUNUSER, "-u", user, "--"]
     return [
         ENV, "-C", directory,
         SYSTEMD_RUN, "--scope", "--quiet", "--collect", f"--unit={scope}",
-        *switch,
+        *user_switch(user),
         ENV, "--", *assignments, *cmd,
     ]  # fmt: skip
+
+
+NUMERIC_USER_SCRIPT = f"""image_path=$PATH
+PATH={SYSTEM_PATH}
+name=$(getent passwd "$0" | cut -d: -f1)
+if [ -z "$name" ]; then echo "runuser: user $0 does not exist" >&2; exit 1; fi
+PATH=$image_path
+exec {RUNUSER} -u "$name" -- "$@"
+"""
+"""Switches to the user with UID `$0` (runuser takes only names); the command keeps
+the `PATH` it would have had, the lookup uses only the system directories."""
+
+
+def user_switch(user: str | None) -> list[str]:
+    """The argv prefix that runs the rest as `user` (a name or a UID); none for root.
+    Pure."""
+    if user is None or user in ROOT_USERS:
+        return []
+    if user.isdigit():
+        return [SHELL, "-c", NUMERIC_USER_SCRIPT, user]
+    return [RUNUSER, "-u", user, "--"]
 
 
 def kill_scope_argv(scope: str) -> list[str]:
