@@ -189,3 +189,15 @@ def test_one_task_per_builtin_challenge_found_through_the_entry_point() -> None:
     for name in TASKS:
         assert registry_lookup("task", f"opsarena/{name}") is not None
     assert registry_lookup("sandboxenv", "opsarena/opsarena") is not None
+
+
+def test_the_sample_input_is_the_brief_and_when_it_is_judged() -> None:
+    from opsarena.challenges.catalog import builtin_challenge
+    from opsarena.integrations.inspect.tasks import challenge_task, sample_input
+
+    challenge = builtin_challenge("durable-records")
+    text = sample_input(challenge.brief, challenge.total_points)
+    assert text.startswith(challenge.brief.strip())
+    assert "after you call submit()" in text and "out of 100" in text
+    task = challenge_task("durable-records")
+    assert [s.input for s in task.dataset] == [text]

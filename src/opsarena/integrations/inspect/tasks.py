@@ -41,6 +41,21 @@ def default_agent(bash_timeout: int = BASH_TIMEOUT_S) -> Solver:
     )
 
 
+def sample_input(brief: str, total_points: int) -> str:
+    """The challenge's brief, plus when the judging happens here: in a match the
+    referee judges while the competitor works; in an Inspect sample it judges once,
+    after the agent submits. Pure."""
+    return (
+        f"{brief.strip()}\n\n"
+        "WHEN YOU ARE JUDGED HERE\n"
+        "In this evaluation the referee judges your host once, after you call submit(): "
+        "it runs every milestone in order, with the unit restart and the host reboot, "
+        f"and your score is the points you earn then (out of {total_points}). Nothing is "
+        "checked before you submit and you get no feedback, so test your service yourself "
+        "first."
+    )
+
+
 def challenge_task(
     challenge: str,
     *,
@@ -57,7 +72,7 @@ def challenge_task(
         dataset=[
             Sample(
                 id=loaded.name,
-                input=loaded.brief.strip(),
+                input=sample_input(loaded.brief, loaded.total_points),
                 metadata={"challenge": loaded.name, "title": loaded.title},
             )
         ],
