@@ -119,6 +119,9 @@ def test_load_config(tmp_path: Path) -> None:
     path.write_text("memory_mb = 1\n")
     with pytest.raises(OpsArenaError, match="memory_mb"):
         load_config(str(path))
+    path.write_text("workdir = 'root'\n")
+    with pytest.raises(OpsArenaError, match="workdir: Value error, must be an absolute path"):
+        load_config(str(path))
     path.write_text("colour = 'red'\n")
     with pytest.raises(OpsArenaError, match="colour"):
         load_config(str(path))

@@ -30,7 +30,7 @@ from inspect_ai.util import (
     sandboxenv,
 )
 from inspect_ai.util._sandbox.environment import SandboxUnavailableError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from opsarena.challenges.catalog import find_challenge
 from opsarena.errors import HostError, HostNotFoundError, HostUnavailableError, OpsArenaError
@@ -68,6 +68,13 @@ class OpsarenaSandboxConfig(BaseModel):
     exec_timeout_s: float = Field(default=3600.0, gt=0)
     boot_timeout_s: float = Field(default=60.0, gt=0)
     match_prefix: str = MATCH_PREFIX
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path")
+        return value
 
     def host_image(self) -> str:
         if self.image is not None:
@@ -161,12 +168,23 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
         host = await driver.create(spec, boot_timeout=settings.boot_timeout_s)
         cls._hosts.setdefault(task_name, set()).add(host.name)
         environment = cls(host, driver, settings)
-        mkdir = await environment._run(
-            [commands.ENV, f"PATH={commands.SYSTEM_PATH}", "mkdir", "-p", "--", settings.workdir]
-        )
-        if not mkdir.ok:
+        try:
+            mkdir = await environment._run(
+                [
+                    commands.ENV,
+                    f"PATH={commands.SYSTEM_PATH}",
+                    "mkdir",
+                    "-p",
+                    "--",
+                    settings.workdir,
+                ]
+            )
+            if not mkdir.ok:
+                raise OpsArenaError(f"cannot create {settings.workdir} in {host.name}")
+        except BaseException:
             await cls._remove(driver, host.name)
-            raise OpsArenaError(f"cannot create {settings.workdir} in {host.name}")
+            cls._hosts[task_name].discard(host.name)
+            raise
         return {"default": environment}
 
     @classmethod
