@@ -80,6 +80,17 @@ def test_permission_error_is_env_refusing_the_named_file_only() -> None:
     assert not commands.is_exec_permission_error(["/etc/passwd"], 126, "hello\n" + line)
 
 
+def test_a_refused_scope_means_the_command_never_ran() -> None:
+    refused = (
+        "Failed to start transient scope unit: Transaction for inspect-exec-1.scope/start is "
+        "destructive (shutdown.target has 'start' job queued, but 'stop' is included).\n\n"
+    )
+    assert commands.is_scope_refused(1, "", refused)
+    assert not commands.is_scope_refused(0, "", refused)
+    assert not commands.is_scope_refused(1, "output of the command", refused)
+    assert not commands.is_scope_refused(1, "", "the command's own error\n" + refused)
+
+
 def test_file_failures_map_to_the_errors_the_contract_names() -> None:
     cases = {2: FileNotFoundError, 13: PermissionError, 21: IsADirectoryError}
     for code, kind in cases.items():

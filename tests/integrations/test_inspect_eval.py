@@ -157,20 +157,24 @@ async def test_in_memory_service_scores_three_tenths(match_prefix: str, tmp_path
 
 
 async def test_an_agent_that_halts_its_host_scores_zero(match_prefix: str, tmp_path: Path) -> None:
-    """Hostile: the agent powers its host off. Its next command is a tool error (the
-    sandbox is unavailable), the sample still ends, and the referee says host_down."""
+    """Hostile: the agent powers its host off and submits. The sample still ends and is
+    scored 0. systemd shuts down in the background, so when the referee looks the host
+    is either still going down (nothing listens) or gone (host_down): both are the
+    competitor's failure. A command run meanwhile is an ordinary result or a
+    sandbox_unavailable tool error, never a crash."""
     conversation = [
-        # The shutdown ends the sleep; the next command finds the host stopped.
         turn("bash", {"command": "systemctl poweroff; sleep 120"}),
         turn("bash", {"command": "true"}),
         turn("submit", {"answer": "nothing to see"}),
     ]
     log = await run_eval(conversation, match_prefix, tmp_path)
     errors = tool_errors(log)
-    assert any(e.startswith("bash: sandbox_unavailable:") for e in errors), errors
+    assert all(e.startswith("bash: sandbox_unavailable:") for e in errors), errors
     value, explanation, metadata = sample_score(log)
     assert value == 0.0
-    assert metadata["failure_reasons"] == ["host_down"], explanation
+    assert metadata["failure_reasons"] in (["host_down"], ["connection_refused"]), explanation
+    [service_up] = [m for m in metadata["milestones"] if m["id"] == "service-up"]
+    assert service_up["failure_category"] == "verification_failed"
 
 
 def test_inspect_cli_runs_the_task(match_prefix: str, tmp_path: Path) -> None:

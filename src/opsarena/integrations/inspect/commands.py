@@ -124,6 +124,18 @@ def is_exec_permission_error(cmd: list[str], exit_code: int, stderr: str) -> boo
     return re.fullmatch(rf"{re.escape(ENV)}: {quoted}: Permission denied", lines[0]) is not None
 
 
+def is_scope_refused(exit_code: int, stdout: str, stderr: str) -> bool:
+    """True when systemd in the host refused to start the command's scope (e.g. it is
+    shutting down), so the command never ran: the host cannot run commands. Pure."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return (
+        exit_code != 0
+        and not stdout
+        and len(lines) == 1
+        and lines[0].startswith("Failed to start transient scope unit:")
+    )
+
+
 # ---- files ---------------------------------------------------------------------------
 
 READ_SCRIPT = f"""PATH={SYSTEM_PATH}

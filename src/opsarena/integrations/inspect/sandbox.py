@@ -285,6 +285,10 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             raise OutputLimitExceededError(
                 SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout + stderr
             )
+        if commands.is_scope_refused(result.exit_code, stdout, stderr):
+            raise SandboxUnavailableError(
+                f"host {self.host.name} could not start the command: {stderr.strip()}"
+            )
         if commands.is_exec_permission_error(cmd, result.exit_code, stderr):
             raise PermissionError(f"Permission denied executing {cmd[0]}: {stderr.strip()}")
         return InspectExecResult(
