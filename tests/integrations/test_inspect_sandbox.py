@@ -18,7 +18,8 @@ from opsarena.integrations.inspect.sandbox import (
     OpsarenaSandboxConfig,
     OpsarenaSandboxEnvironment,
 )
-from tests.integrations.conftest import TEST_IMAGE
+from tests.conftest import new_match_id
+from tests.integrations.conftest import TEST_IMAGE, sweep
 
 pytestmark = pytest.mark.hosts
 
@@ -31,15 +32,18 @@ async def make_sandbox(prefix: str) -> OpsarenaSandboxEnvironment:
     return environment
 
 
-@pytest.fixture
-async def sandbox(match_prefix: str) -> AsyncIterator[OpsarenaSandboxEnvironment]:
-    environment = await make_sandbox(match_prefix)
+@pytest.fixture(scope="module")
+async def sandbox() -> AsyncIterator[OpsarenaSandboxEnvironment]:
+    """One host for the checks that leave it as they found it."""
+    prefix = f"inspect-{new_match_id()}-"
+    environment = await make_sandbox(prefix)
     try:
         yield environment
     finally:
         await OpsarenaSandboxEnvironment.sample_cleanup(
             "test", environment.config, {"default": environment}, False
         )
+        await sweep(prefix)
 
 
 async def test_timeout_kills_processes_that_left_the_process_group(
@@ -56,6 +60,7 @@ async def test_timeout_kills_processes_that_left_the_process_group(
     await sandbox.exec(["sh", "-c", f"setsid sh -c 'sleep 300 # {marker}' >/dev/null 2>&1 &"])
     kept = await sandbox.exec(["sh", "-c", f"ps -eo args | grep {marker} | grep -v grep"])
     assert marker in kept.stdout
+    await sandbox.exec(["pkill", "-f", marker])
 
 
 async def test_users_by_name_or_uid(sandbox: OpsarenaSandboxEnvironment) -> None:
@@ -86,7 +91,8 @@ async def test_connection_names_the_host(sandbox: OpsarenaSandboxEnvironment) ->
 
 def test_inspect_sandbox_cleanup_removes_only_what_it_is_asked_to(match_prefix: str) -> None:
     async def two_hosts() -> tuple[OpsarenaSandboxEnvironment, OpsarenaSandboxEnvironment]:
-        return await make_sandbox(match_prefix), await make_sandbox(match_prefix)
+        first, second = await asyncio.gather(make_sandbox(match_prefix), make_sandbox(match_prefix))
+        return first, second
 
     gone, kept = asyncio.run(two_hosts())
     done = subprocess.run(
