@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from opsarena.errors import EventLogError, MatchError, TournamentError
+from opsarena.agents.spec import preflight_agent
+from opsarena.errors import EventLogError, MatchError, OpsArenaError, TournamentError
 from opsarena.hosts import get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
@@ -64,6 +65,20 @@ async def load_tournament_record(
     return fold_tournament(events, reveal_seed=reveal_seed)
 
 
+async def preflight_competitors(plan: TournamentPlan) -> None:
+    """Build every competitor's agent and run its preflight (the builder exists, the
+    endpoint answers, the program is there) before anything is logged. Raises one
+    `TournamentError` with a line per competitor that cannot play."""
+    problems = []
+    for name, competitor in plan.competitors.items():
+        try:
+            await preflight_agent(competitor.build())
+        except OpsArenaError as exc:
+            problems.append(f"{plan.source}: territories.{name}.agent: {exc}")
+    if problems:
+        raise TournamentError("\n".join(problems))
+
+
 class TournamentRunner:
     """Plays a tournament's slots, `parallel` matches at once, logging to `store`."""
 
@@ -101,6 +116,7 @@ class TournamentRunner:
     ) -> TournamentRunner:
         """Log a new tournament of `plan`; `TournamentError` if the id is taken."""
         tournament_id = tournament_id or new_tournament_id()
+        await preflight_competitors(plan)
         if await store.exists(stream_id(tournament_id)):
             raise TournamentError(f"tournament {tournament_id!r} exists already")
         self = cls(store, plan, tournament_id, parallel=parallel, driver=driver)
