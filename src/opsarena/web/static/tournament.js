@@ -108,13 +108,16 @@ function plotCost(view) {
   const root = svg("svg", { viewBox: `0 0 ${W} ${h}`, width: W, height: h, role: "img",
     "aria-label": "cost per durable result against durable rate" });
   root.append(svg("line", { class: "axis-line", x1: LEFT, x2: LEFT, y1: TOP, y2: bottom }));
+  const top = Math.max(...known.map((r) => r.cost_per_durable_usd));
   root.append(svg("text", { x: LEFT - 8, y: y(most) + 4, "text-anchor": "end",
-    text: `$${most.toFixed(4)}` }));
+    text: top > 0 ? `$${most.toFixed(4)}` : "(all $0)" }));
   root.append(svg("text", { x: LEFT - 8, y: bottom, "text-anchor": "end", text: "$0" }));
   for (const r of known) {
     root.append(svg("circle", { class: "point", cx: x(r.durable_rate), cy: y(r.cost_per_durable_usd),
       r: 5 }, svg("title", { text: `${r.competitor}: $${fixed(r.cost_per_durable_usd, 4)}` })));
-    root.append(svg("text", { x: x(r.durable_rate) + 8, y: y(r.cost_per_durable_usd) - 6,
+    const nearRight = x(r.durable_rate) > W - 160;
+    root.append(svg("text", { x: x(r.durable_rate) + (nearRight ? -8 : 8),
+      y: y(r.cost_per_durable_usd) - 6, "text-anchor": nearRight ? "end" : "start",
       text: r.competitor }));
   }
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((v) => [x(v), v.toFixed(2)]);
