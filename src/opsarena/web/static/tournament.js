@@ -25,8 +25,8 @@ function renderSummary(view) {
   const c = view.counts;
   const summary = document.getElementById("summary");
   summary.replaceChildren(
-    el("span", { class: "big" }, t.state),
-    el("span", {}, `${c.counted} of ${t.slots.length} matches counted`),
+    el("span", { class: "big", id: "state" }, t.state),
+    el("span", { id: "counted" }, `${c.counted} of ${t.slots.length} matches counted`),
     el("span", {}, `${c.void} void, ${c.playing} playing, ${c.pending} pending`),
     el("span", { class: "dim" },
       t.seed ? `seed ${t.seed}` : `seed commitment ${t.seed_commitment.slice(0, 16)}…`),
