@@ -54,10 +54,14 @@ def pairwise_wins(matches: Sequence[RankedMatch]) -> dict[tuple[str, str], float
 
 def fit(matches: Sequence[RankedMatch]) -> dict[str, float]:
     """Each competitor's Bradley-Terry strength on the Elo scale."""
-    names = sorted({name for match in matches for name, _ in match})
+    return fit_wins(pairwise_wins(matches))
+
+
+def fit_wins(wins: dict[tuple[str, str], float]) -> dict[str, float]:
+    """The fit from pairwise win counts (`pairwise_wins`)."""
+    names = sorted({name for pair in wins for name in pair})
     if not names:
         return {}
-    wins = pairwise_wins(matches)
     games: dict[tuple[str, str], float] = defaultdict(float)
     total_wins: dict[str, float] = defaultdict(float)
     for (a, b), count in wins.items():
@@ -95,9 +99,14 @@ def bootstrap(
         return {}
     rng = random.Random(seed)
     draws: dict[str, list[float]] = {name: [] for name in point}
+    # Each match's pairwise results once; a resample only adds them up.
+    per_match = [list(pairwise_wins([match]).items()) for match in matches]
     for _ in range(samples):
-        resample = [matches[rng.randrange(len(matches))] for _ in matches]
-        fitted = fit(resample)
+        wins: dict[tuple[str, str], float] = defaultdict(float)
+        for _ in matches:
+            for pair, count in per_match[rng.randrange(len(matches))]:
+                wins[pair] += count
+        fitted = fit_wins(dict(wins))
         for name in point:
             # A competitor absent from a resample has no strength in it: not counted.
             if name in fitted:
