@@ -102,6 +102,10 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             browser.close()
         output, _ = run.communicate(timeout=WAIT_S)
         assert run.returncode == 0, output
+        # Not a terminal: one progress line per match that ended, the last one included.
+        for slot in (1, 2, 3):
+            assert f"slot {slot}/3 match {tournament_id}-{slot}: counted" in output, output
+        assert "tournament " + tournament_id + " finished: 3 matches counted, 0 void" in output
     finally:
         if run.poll() is None:
             run.kill()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from opsarena.errors import EventLogError
+from opsarena.errors import EventLogError, TournamentError
 from opsarena.match.record import AgentRecord, MatchRecord, MilestoneRecord, TerritoryRecord
-from opsarena.store import StoredEvent
+from opsarena.store import SqliteEventStore, StoredEvent
 from opsarena.tournament import (
     eta_s,
     fold_tournament,
@@ -17,6 +19,7 @@ from opsarena.tournament import (
     seed_commitment,
     void_reason,
 )
+from opsarena.tournament.runner import TournamentRunner, _start_ticks, is_alive, this_process
 
 SEED = "00112233445566778899aabbccddeeff"
 
@@ -215,3 +218,24 @@ def test_an_outcome_is_named_by_agent_and_carries_usage() -> None:
     assert (alpha.input_tokens, alpha.output_tokens, alpha.cost_microusd) == (7, 3, 1200)
     assert (b.durable_at_ms, b.last_passed_at_ms, b.cost_known) == (None, None, False)
     assert outcome.ranked() == [("alpha", 1), ("b", 2)]
+
+
+def test_a_live_controller_is_recognised_and_a_dead_one_is_not() -> None:
+    me = this_process()
+    assert me is not None and is_alive(me)
+    assert not is_alive(me.model_copy(update={"start_ticks": me.start_ticks + 1}))
+    assert not is_alive(me.model_copy(update={"boot_id": "another boot"}))
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert _start_ticks(child.pid) is None
+
+
+async def test_resume_refuses_a_tournament_whose_controller_still_runs(tmp_path: Path) -> None:
+    me = this_process()
+    assert me is not None
+    with SqliteEventStore(tmp_path / "log.db") as store:
+        await store.append("tournament:tx", "tournament_created", created(), 0)
+        started = {"parallel": 1, "controller": me.model_dump()}
+        await store.append("tournament:tx", "tournament_started", started, 1)
+        with pytest.raises(TournamentError, match=f"being played by process {me.pid}"):
+            await TournamentRunner.resume(store, "tx")

@@ -166,17 +166,25 @@ async def _with_progress(
     store: EventStore, runner: TournamentRunner, *, quiet: bool
 ) -> TournamentRecord:
     live = err_console.is_terminal and not quiet
-    viewer = asyncio.create_task(_watch(store, runner.tournament_id, err_console, live=live))
+    stop = asyncio.Event()
+    viewer = asyncio.create_task(
+        _watch(store, runner.tournament_id, err_console, live=live, stop=stop)
+    )
     try:
-        return await runner.run()
-    finally:
-        await asyncio.sleep(0)  # let the viewer print the last slot's line
+        record = await runner.run()
+    except BaseException:
         viewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await viewer
+        raise
+    stop.set()  # one last look, so the last match's line is printed too
+    await viewer
+    return record
 
 
-async def _watch(store: EventStore, tournament_id: str, out: Console, *, live: bool) -> None:
+async def _watch(
+    store: EventStore, tournament_id: str, out: Console, *, live: bool, stop: asyncio.Event
+) -> None:
     """Progress from the log: a bar per running match (milestones passed of all) and one
     for the tournament with its ETA; or, not live, one line per match that ends."""
     seen_ended: set[str] = set()
@@ -238,7 +246,10 @@ async def _watch(store: EventStore, tournament_id: str, out: Console, *, live: b
                 overall, completed=done,
                 info=f"{done}/{total}  ETA {duration(int(eta * 1000)) if eta is not None else '?'}",
             )  # fmt: skip
-            await asyncio.sleep(POLL_S)
+            if stop.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_S)
 
 
 # ---- reading back ------------------------------------------------------------------

@@ -72,10 +72,21 @@ class TournamentCreated(TournamentEvent):
     slots: list[SlotSpec] = Field(min_length=1)
 
 
+class ControllerProcess(BaseModel):
+    """Which process took the tournament up: enough to tell whether it still runs."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    pid: int
+    start_ticks: int
+    """The process's start time (clock ticks since boot, `/proc/PID/stat` field 22)."""
+    boot_id: str
+
+
 class TournamentStarted(TournamentEvent):
     event_type: ClassVar[str] = "tournament_started"
     parallel: int = Field(ge=1)
     resumed: bool = False
+    controller: ControllerProcess | None = None
 
 
 class SlotMatchStarted(TournamentEvent):
@@ -160,6 +171,8 @@ class TournamentRecord(BaseModel):
     competitors: dict[str, str]
     slots: list[SlotRecord]
     parallel: int = 1
+    controller: ControllerProcess | None = None
+    """The process that took the tournament up last."""
     runs: int = 0
     """How many times a controller took the tournament up (1 + resumes)."""
     last_sequence: int = 0
@@ -229,6 +242,7 @@ def _apply(record: TournamentRecord, data: TournamentEvent, where: str, wall: st
         raise EventLogError(f"{where}: a second tournament_created")
     if isinstance(data, TournamentStarted):
         record.parallel = data.parallel
+        record.controller = data.controller
         record.runs += 1
         return
     if isinstance(data, TournamentFinished):

@@ -12,6 +12,7 @@ up to `retries` times.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore, StoredEvent
 from opsarena.tournament.outcomes import void_reason
 from opsarena.tournament.record import (
+    ControllerProcess,
     SlotMatchEnded,
     SlotMatchStarted,
     SlotRecord,
@@ -63,6 +65,41 @@ async def load_tournament_record(
             f"no tournament {tournament_id!r} in the event log: `opsarena tournament ls` lists them"
         )
     return fold_tournament(events, reveal_seed=reveal_seed)
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its end.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # a zombie is dead, only not yet reaped
+        return None
+    return int(fields[19])
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def this_process() -> ControllerProcess | None:
+    """This process, as `tournament_started` records it (None without /proc)."""
+    ticks = _start_ticks(os.getpid())
+    return None if ticks is None else ControllerProcess(
+        pid=os.getpid(), start_ticks=ticks, boot_id=_boot_id()
+    )  # fmt: skip
+
+
+def is_alive(process: ControllerProcess) -> bool:
+    """Whether that process still runs: same boot, same pid, same start time (a reused
+    pid has another start time)."""
+    if process.boot_id != _boot_id():
+        return False
+    return _start_ticks(process.pid) == process.start_ticks
 
 
 async def preflight_competitors(plan: TournamentPlan) -> None:
@@ -152,6 +189,11 @@ class TournamentRunner:
         record = await load_tournament_record(store, tournament_id, reveal_seed=True)
         if record.state == "finished":
             raise TournamentError(f"tournament {tournament_id} is finished already")
+        if record.controller is not None and is_alive(record.controller):
+            raise TournamentError(
+                f"tournament {tournament_id} is being played by process "
+                f"{record.controller.pid}: resume it only once that process is gone"
+            )
         assert record.seed is not None
         plan = parse_tournament(
             _created_text(await store.read(stream_id(tournament_id), limit=1)),
@@ -197,7 +239,9 @@ class TournamentRunner:
         that cannot start): the tournament stays resumable."""
         assert self.record is not None
         resumed = self.record.runs > 0
-        await self._emit(TournamentStarted(parallel=self.parallel, resumed=resumed))
+        await self._emit(
+            TournamentStarted(parallel=self.parallel, resumed=resumed, controller=this_process())
+        )
         gate = asyncio.Semaphore(self.parallel)
         order = sorted(
             self.record.slots, key=lambda s: (s.state != "playing", s.slot)
