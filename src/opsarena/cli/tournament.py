@@ -15,16 +15,19 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, columns, duration, open_db
+from opsarena.cli.run import ServeOption
 from opsarena.errors import TournamentError, UsageError
 from opsarena.hosts import HostSpec
 from opsarena.ratings import Leaderboard, leaderboard
@@ -42,6 +45,7 @@ from opsarena.tournament import (
     tournament_outcomes,
 )
 from opsarena.tournament.record import AttemptRecord
+from opsarena.web import ScoreboardServer, start_scoreboard
 
 app = typer.Typer(
     help="Tournaments: many matches, ratings and a leaderboard.", no_args_is_help=True
@@ -97,13 +101,14 @@ def run(
     quiet: QuietOption = False,
     driver: DriverOption = "podman",
     db: DbOption = None,
+    serve: ServeOption = False,
 ) -> None:
     """Play every match of a tournament file; print the leaderboard."""
     if tournament_id is not None and not ID_RE.match(tournament_id):
         raise UsageError(f"--id {tournament_id!r}: use 1-40 lowercase letters, digits and '-'")
     plan = load_tournament(file)
     lanes = _parallel(parallel or plan.parallel, plan.territories_per_match)
-    with open_db(db) as store:
+    with open_db(db) as store, _scoreboard(db, serve) as scoreboard:
 
         async def main() -> TournamentRecord:
             runner = await TournamentRunner.create(
@@ -116,6 +121,9 @@ def run(
                 markup=False,
                 soft_wrap=True,
             )
+            if scoreboard is not None:
+                url = f"{scoreboard.url}/tournaments/{runner.tournament_id}"
+                err_console.print(f"scoreboard: {url}", markup=False, soft_wrap=True)
             return await _with_progress(store, runner, quiet=quiet)
 
         record = asyncio.run(main())
@@ -146,6 +154,19 @@ def resume(
         record = asyncio.run(main())
         board = _board(store, record, None)
     _finish(record, board)
+
+
+@contextlib.contextmanager
+def _scoreboard(db: Path | None, serve: bool) -> Iterator[ScoreboardServer | None]:
+    """The web scoreboard of `db` while the tournament runs (`--serve`), else nothing."""
+    if not serve:
+        yield None
+        return
+    server = start_scoreboard(db)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _finish(record: TournamentRecord, board: Leaderboard) -> None:
@@ -381,8 +402,8 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 
 BOARD_HEADER = (
-    "#", "competitor", "durable", "95% CI", "mu", "sigma", "ordinal", "BT [95%]", "points",
-    "median to durable", "$ per durable",
+    "#", "competitor", "durable", "95% CI", "mu±sigma", "ordinal", "BT [95%]", "points",
+    "t durable", "$/durable",
 )  # fmt: skip
 
 
@@ -399,8 +420,7 @@ def board_rows(board: Leaderboard) -> list[tuple[str, ...]]:
                 row.competitor,
                 f"{usage.durable}/{usage.matches}",
                 f"{low:.2f}-{high:.2f}",
-                _cell(row.mu),
-                _cell(row.sigma),
+                f"{row.mu:.1f}±{row.sigma:.1f}",
                 _cell(row.ordinal),
                 f"{row.bt.score:.0f} [{row.bt.low:.0f}, {row.bt.high:.0f}]",
                 _cell(usage.mean_points, 1),
@@ -415,9 +435,15 @@ def _print_board(board: Leaderboard) -> None:
     """A rich table in a terminal; plain columns (never cut) in a pipe or a log."""
     title = f"leaderboard of {board.matches} counted matches"
     if console.is_terminal:
-        table = Table(title=title, title_justify="left")
+        table = Table(
+            title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+            collapse_padding=True,
+        )  # fmt: skip
         for column in BOARD_HEADER:
-            table.add_column(column, justify="left" if column == "competitor" else "right")
+            left = column == "competitor"
+            table.add_column(
+                column, justify="left" if left else "right", no_wrap=left, overflow="fold"
+            )
         for cells in board_rows(board):
             table.add_row(*cells)
         console.print(table)
@@ -471,8 +497,11 @@ def leaderboard_command(
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV, best first.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Competitors ranked over counted matches: durable rate with its 95 % interval,
-    OpenSkill mu/sigma/ordinal, Bradley-Terry, cost per durable result."""
+    """Rank competitors over counted matches (docs/TOURNAMENTS.md has every statistic).
+
+    Durable rate with its 95 % Wilson interval, OpenSkill mu, sigma and ordinal,
+    Bradley-Terry with bootstrap interval, points, time and cost per durable result.
+    """
     if as_json and as_csv:
         raise UsageError("--json and --csv: choose one")
     if tournament is not None and (tournament.startswith("tournament:") or not tournament):
