@@ -44,6 +44,9 @@ from opsarena.tournament.record import (
 )
 from opsarena.tournament.spec import Slot, TournamentPlan, match_seed, parse_tournament
 
+STOP_SIGNALS = frozenset({"SIGINT", "SIGTERM"})
+"""The abort reasons a match controller logs when it caught a signal meant for us all."""
+
 
 def new_tournament_id() -> str:
     """A readable, unique, host-name-safe tournament id."""
@@ -138,6 +141,9 @@ class TournamentRunner:
         self._t0 = time.monotonic()
         self._t_offset_ms = 0
         self.record: TournamentRecord | None = None
+        self._playing: set[Controller] = set()
+        self.stopped_by = ""
+        """The signal that stopped the tournament (a match's controller caught it)."""
 
     # ---- starting ----------------------------------------------------------------
 
@@ -250,7 +256,8 @@ class TournamentRunner:
 
         async def one(number: int) -> None:
             async with gate:
-                await self._settle_slot(number)
+                if not self.stopped_by:
+                    await self._settle_slot(number)
 
         tasks = [asyncio.create_task(one(n), name=f"slot-{n}") for n in todo]
         try:
@@ -260,8 +267,21 @@ class TournamentRunner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        if self.stopped_by:
+            raise TournamentError(
+                f"tournament {self.tournament_id} stopped by {self.stopped_by}: "
+                f"`opsarena tournament resume {self.tournament_id}` continues it"
+            )
         await self._emit(TournamentFinished())
         return fold_tournament(await self.store.read(self._stream))
+
+    def _stop(self, why: str) -> None:
+        """A match's controller caught Ctrl-C or SIGTERM (it installs the handlers while it
+        runs, so only one of the running matches hears it): abort the others too, and
+        start no more matches."""
+        self.stopped_by = why
+        for controller in self._playing:
+            controller.request_abort(why)
 
     async def _settle_slot(self, number: int) -> None:
         """Bring one slot to a counted match, or to void with its replays used up."""
@@ -270,7 +290,7 @@ class TournamentRunner:
             last = slot.attempts[-1]
             await self._finish(number, last.attempt, last.match_id, cut_off=True)
         assert self.record is not None
-        while self._slot(number).state in ("pending", "void"):
+        while self._slot(number).state in ("pending", "void") and not self.stopped_by:
             attempts = len(self._slot(number).attempts)
             if attempts > self.record.retries:
                 return
@@ -295,9 +315,14 @@ class TournamentRunner:
             else:
                 if cut_off:  # killed before the match logged anything: nothing of it exists
                     await get_driver(self.driver).cleanup(match_id=match_id)
-                record = await Controller(
-                    self._match_plan(number, attempt, match_id), self.store
-                ).run()
+                controller = Controller(self._match_plan(number, attempt, match_id), self.store)
+                self._playing.add(controller)
+                try:
+                    record = await controller.run()
+                finally:
+                    self._playing.discard(controller)
+                    if controller.abort_reason in STOP_SIGNALS:
+                        self._stop(controller.abort_reason)
         except MatchError as exc:
             why = str(exc)
             events = await self.store.read(match_id)
