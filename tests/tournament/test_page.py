@@ -3,6 +3,7 @@ and the shared report opened from disk with every network request refused."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,10 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             page = browser.new_page(viewport={"width": 1200, "height": 1400})
             page.goto(f"{url}/tournaments/{tournament_id}")
             expect(page.locator("#state")).to_have_text("running", timeout=WAIT_S * 1000)
+            during = httpx.get(f"{url}/api/tournaments/{tournament_id}", timeout=10).json()
+            if during["tournament"]["state"] == "running":  # the seed stays hidden until the end
+                assert during["tournament"]["seed"] is None
+                assert len(during["tournament"]["seed_commitment"]) == 64
             page.evaluate("window.notReloaded = true")
             expect(page.locator("#state")).to_have_text("finished", timeout=3 * WAIT_S * 1000)
             expect(page.locator("#live")).to_have_text("finished")
@@ -75,6 +80,16 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             assert rows.evaluate_all("rs => rs.map(r => r.dataset.competitor)")[0] == "reference"
             expect(page.locator("#plot-rate circle")).to_have_count(3)
             expect(page.locator("#plot-time circle")).to_have_count(3)  # reference, 3 trials
+            after = httpx.get(f"{url}/api/tournaments/{tournament_id}", timeout=10).json()
+            revealed = after["tournament"]
+            assert (
+                hashlib.sha256(bytes.fromhex(revealed["seed"])).hexdigest()
+                == (revealed["seed_commitment"])
+            )
+            assert after["leaderboard"][0]["competitor"] == "reference"
+            assert after["counts"] == {"pending": 0, "playing": 0, "counted": 3, "void": 0}
+            assert after["order_check"]["agree"] is True
+            assert after["running"] == []
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "tournament-page.png"), full_page=True)
 
