@@ -135,6 +135,12 @@ def test_the_example_tournament_survives_a_kill_and_ranks_the_flawed_below(
         assert by_name["reference"]["cost_per_durable_usd"] == 0.0
         assert by_name["reference"]["matches"] == len(final.slots)
 
+        plain = subprocess.run(
+            [*OPSARENA, "leaderboard", "--tournament", tournament_id, "--db", str(db)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert "shuffled match orders agree within their sigma" in plain.stdout
+
         csv_out = subprocess.run(
             [*OPSARENA, "leaderboard", "--tournament", tournament_id, "--db", str(db), "--csv"],
             capture_output=True, text=True, check=True,

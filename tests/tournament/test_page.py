@@ -79,6 +79,10 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             rows = page.locator("#board tbody tr")
             assert rows.evaluate_all("rs => rs.map(r => r.dataset.competitor)")[0] == "reference"
             expect(page.locator("#plot-rate circle")).to_have_count(3)
+            in_memory = page.locator('#per-challenge tr[data-competitor="in-memory"] .pass-hat')
+            expect(in_memory).to_have_text("1: 0.00  2: 0.00  3: 0.00")
+            reference = page.locator('#per-challenge tr[data-competitor="reference"] .pass-hat')
+            expect(reference).to_have_text("1: 1.00  2: 1.00  3: 1.00")
             expect(page.locator("#plot-time circle")).to_have_count(3)  # reference, 3 trials
             after = httpx.get(f"{url}/api/tournaments/{tournament_id}", timeout=10).json()
             revealed = after["tournament"]

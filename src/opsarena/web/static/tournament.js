@@ -58,6 +58,22 @@ function renderBoard(view) {
     `(worst gap ${fixed(check.worst_gap_sigma, 2)} sigma).`;
 }
 
+function renderChallenges(view) {
+  const head = el("tr", {}, ["competitor", "challenge", "durable", "95% CI", "pass@k",
+    "pass^k", "mean points", "median to durable"].map((h) => el("th", {}, h)));
+  const ks = (table) => Object.entries(table).map(([k, v]) => `${k}: ${fixed(v, 2)}`).join("  ");
+  const rows = view.leaderboard.flatMap((r) => r.challenges.map((c) =>
+    el("tr", { "data-competitor": r.competitor, "data-challenge": c.challenge },
+      el("td", {}, r.competitor), el("td", {}, c.challenge),
+      el("td", {}, `${c.durable}/${c.matches}`),
+      el("td", {}, `${fixed(c.durable_rate_ci[0], 2)}–${fixed(c.durable_rate_ci[1], 2)}`),
+      el("td", { class: "pass-at" }, ks(c.pass_at_k)),
+      el("td", { class: "pass-hat" }, ks(c.pass_hat_k)),
+      el("td", {}, fixed(c.mean_points, 1)), el("td", {}, duration(c.median_ms_to_durable)))));
+  document.getElementById("per-challenge").replaceChildren(
+    el("thead", {}, head), el("tbody", {}, rows));
+}
+
 const W = 720, ROW = 26, LEFT = 150, RIGHT = 30, TOP = 10;
 
 function axis(x0, x1, y, ticks, label) {
@@ -157,6 +173,7 @@ function plotTime(view) {
 function render(view) {
   renderSummary(view);
   renderBoard(view);
+  renderChallenges(view);
   plotRate(view);
   plotCost(view);
   plotTime(view);
