@@ -6,10 +6,23 @@ from opsarena.store.base import (
     DEFAULT_POLL_S,
     MAX_EVENT_BYTES,
     EventStore,
+    LogAudit,
     MatchSummary,
+    QuarantinedEvent,
+    QuarantineResult,
     StoredEvent,
 )
+from opsarena.store.chain import (
+    GENESIS,
+    ChainLink,
+    ChainProblem,
+    canonical_json,
+    chain_problems,
+    event_hash,
+    forged_tail_start,
+)
 from opsarena.store.sqlite import DB_ENV, SqliteEventStore, default_db_path, utc_now_iso
+from opsarena.store.vault import SeedVault
 
 
 def open_store(path: Path | str | None = None) -> EventStore:
@@ -20,12 +33,23 @@ def open_store(path: Path | str | None = None) -> EventStore:
 __all__ = [
     "DB_ENV",
     "DEFAULT_POLL_S",
+    "GENESIS",
     "MAX_EVENT_BYTES",
+    "ChainLink",
+    "ChainProblem",
     "EventStore",
+    "LogAudit",
     "MatchSummary",
+    "QuarantineResult",
+    "QuarantinedEvent",
+    "SeedVault",
     "SqliteEventStore",
     "StoredEvent",
+    "canonical_json",
+    "chain_problems",
     "default_db_path",
+    "event_hash",
+    "forged_tail_start",
     "open_store",
     "utc_now_iso",
 ]
