@@ -89,7 +89,11 @@ def print_summary(record: MatchRecord) -> None:
     """The human-readable view of a record (the same facts as the JSON, fewer of them)."""
     lines = [
         f"match {record.match_id}: {record.challenge} ({record.challenge_title}), "
-        f"seed {record.seed}",
+        + (
+            f"seed {record.seed}"
+            if record.seed is not None
+            else f"seed secret until the match closes (commitment {record.seed_commitment})"
+        ),
         f"state {record.match_state}, finish: {record.finish_reason or 'not yet'}, "
         f"winner: {record.winner or 'none'}, elapsed {duration(record.elapsed_ms)}, "
         f"{record.last_sequence} events, {record.infrastructure_failures} infrastructure failures",
