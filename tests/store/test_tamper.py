@@ -152,7 +152,7 @@ def test_a_version_1_log_is_upgraded_with_its_rows_hashed(tmp_path: Path) -> Non
     with SqliteEventStore(db) as store:
         events = store.read_blocking("old")
         first = event_hash("old", 1, "a", 0, "w", {"x": 1}, GENESIS)
-        assert [(e.prev_hash, e.hash) for e in events][0] == (GENESIS, first)
+        assert (events[0].prev_hash, events[0].hash) == (GENESIS, first)
         assert events[1].prev_hash == first
         assert store.append_blocking("old", "c", {}, 2) == 3
         audit = store.audit_blocking("old")
