@@ -31,6 +31,20 @@ def http(path, limit=None):
     with urllib.request.urlopen(url + path, timeout=10) as answer:
         return answer.read(limit).decode("utf-8", "replace")
 
+def stream(path, seconds=3.0):
+    # A live SSE stream never ends while the match runs: keep what came in `seconds`.
+    got, deadline = [], time.monotonic() + seconds
+    with urllib.request.urlopen(url + path, timeout=seconds) as answer:
+        while time.monotonic() < deadline:
+            try:
+                line = answer.readline()
+            except TimeoutError:
+                break
+            if not line:
+                break
+            got.append(line.decode("utf-8", "replace"))
+    return "".join(got)
+
 def files_of(path):
     return "".join(pathlib.Path(p).read_bytes().decode("latin-1")
                    for p in (path, path + "-wal", path + "-shm") if os.path.exists(p))
@@ -55,7 +69,7 @@ for round in range(2):
     grab("api list", lambda: http("/api/matches"))
     grab("api record", lambda: http(f"/api/matches/{match}"))
     grab("api events", lambda: http(f"/api/matches/{match}/events"))
-    grab("api stream", lambda: http(f"/api/matches/{match}/stream", 200_000))
+    grab("api stream", lambda: stream(f"/api/matches/{match}/stream"))
     grab("page", lambda: http(f"/matches/{match}"))
     grab("processes", processes)
     time.sleep(3)
