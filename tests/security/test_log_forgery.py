@@ -146,9 +146,9 @@ def test_resume_refuses_a_log_edited_below_later_events_naming_the_seq(tmp_path:
     resumed = cli("resume", match_id, "--quiet", "--db", str(db))
     assert resumed.returncode == 2
     assert resumed.stderr.strip().splitlines() == [
-        f"opsarena: error: match {match_id}: the event log is broken at seq 4 (the preflight row does not match "
-        f"its hash (edited)), below events appended after it; the record cannot be trusted, "
-        f"so it is not resumed: opsarena verify {match_id}"
+        f"opsarena: error: match {match_id}: the event log is broken at seq 4 (the preflight "
+        f"row does not match its hash (edited)), below events appended after it; the record "
+        f"cannot be trusted, so it is not resumed: opsarena verify {match_id}"
     ]
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == before
