@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from opsarena.cli.output import console
+from opsarena.cli.output import console, printable
 from opsarena.errors import EventLogError, MatchNotFoundError
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
@@ -137,7 +137,7 @@ def print_summary(record: MatchRecord) -> None:
         tokens = f"{agent.input_tokens}/{agent.output_tokens}"
         rows.append((name, agent.model, state, tokens, cost, detail))
     lines.append(columns(("agent", "model", "state", "tokens in/out", "cost $", "detail"), rows))
-    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    console.print(printable("\n".join(lines)), markup=False, highlight=False, soft_wrap=True)
 
 
 def ls(
@@ -148,7 +148,7 @@ def ls(
     with open_db(db) as store:
         rows = asyncio.run(_ls_rows(store, limit))
     header = ("match", "challenge", "state", "finish", "winner", "duration", "created")
-    console.print(columns(header, rows), markup=False, highlight=False, soft_wrap=True)
+    console.print(printable(columns(header, rows)), markup=False, highlight=False, soft_wrap=True)
 
 
 async def _ls_rows(store: EventStore, limit: int) -> list[tuple[str, ...]]:
@@ -214,6 +214,6 @@ def _print_event(event: StoredEvent, as_json: bool) -> None:
         data = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False)
         if len(data) > EVENT_TEXT_LIMIT:
             data = data[: EVENT_TEXT_LIMIT - 1] + "…"
-        line = f"{event.seq:>6} {event.t_ms:>9}ms {event.type:<18} {data}"
+        line = printable(f"{event.seq:>6} {event.t_ms:>9}ms {event.type:<18} {data}")
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
