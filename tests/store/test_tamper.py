@@ -164,3 +164,13 @@ def test_a_read_only_store_cannot_quarantine(tmp_path: Path) -> None:
     filled(db).close()
     with SqliteEventStore(db, read_only=True) as reader, pytest.raises(StoreError):
         reader.quarantine_tail_blocking("m", "no")
+
+
+def test_a_planted_vault_symlink_is_refused_and_no_seed_is_written(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    catch = tmp_path / "catch"
+    catch.mkdir()
+    Path(f"{db}-secrets").symlink_to(catch)
+    with filled(db) as store, pytest.raises(StoreError, match="not a directory of this user"):
+        store.vault().put("m", {"seed": "ab"})
+    assert list(catch.iterdir()) == []

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 from opsarena.errors import StoreError
@@ -38,13 +39,23 @@ class SeedVault:
         return self.directory / f"{match_id}.json"
 
     def _ensure_directory(self) -> None:
+        """Make the directory (0700), or check it is a real directory of ours; refuse a
+        symlink or a directory someone else owns (planted to catch the seed)."""
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            info = self.directory.stat()
-            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                os.chmod(self.directory, 0o700)
+            info = os.lstat(self.directory)
         except OSError as exc:
             raise StoreError(f"cannot use the seed vault {self.directory}: {exc}") from None
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise StoreError(
+                f"the seed vault {self.directory} is not a directory of this user "
+                "(a symlink, or someone else's): remove it, or choose another --db"
+            )
+        if info.st_mode & 0o077:
+            try:
+                os.chmod(self.directory, 0o700)
+            except OSError as exc:
+                raise StoreError(f"cannot use the seed vault {self.directory}: {exc}") from None
 
     def put(self, match_id: str, secrets: dict[str, str]) -> None:
         """Store `secrets` (hex strings) for `match_id`, durably, replacing older ones."""
