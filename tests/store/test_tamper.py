@@ -174,3 +174,19 @@ def test_a_planted_vault_symlink_is_refused_and_no_seed_is_written(tmp_path: Pat
     with filled(db) as store, pytest.raises(StoreError, match="not a directory of this user"):
         store.vault().put("m", {"seed": "ab"})
     assert list(catch.iterdir()) == []
+
+
+def test_rows_of_the_wrong_types_are_quarantined_too(tmp_path: Path) -> None:
+    """SQLite keeps text in an INTEGER column: a forger's row need not parse."""
+    db = tmp_path / "log.db"
+    with filled(db) as store:
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "INSERT INTO events (match_id, seq, type, t_ms, wall, data) VALUES"
+                " ('m', 'x', 'a', 'soon', 'w', 'not json'), ('m', 6, 'b', 'later', 'w', '[]')"
+            )
+        with pytest.raises(LogTamperedError):
+            store.append_blocking("m", "agent_output", {}, 9)
+        moved = store.quarantine_tail_blocking("m", "test")
+        assert moved is not None and (moved.first_seq, moved.rows) == (6, 2)
+        assert store.append_blocking("m", "agent_output", {}, 9) == 6

@@ -60,6 +60,8 @@ BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""
 
 DB_ENV = "OPSARENA_DB"
+FOREIGN_SEQ = 2**62
+"""Where a row whose seq is not an integer sorts (only a forger can write one)."""
 
 _SCHEMA = """
 CREATE TABLE opsarena_schema (version INTEGER NOT NULL);
@@ -374,7 +376,14 @@ class SqliteEventStore(EventStore):
 
     @staticmethod
     def _link(match_id: str, row: Any) -> ChainLink:
+        """A stored row as the chain checks it. A forged row may hold anything SQLite
+        takes (text in an integer column): it becomes a link that fails its hash, a
+        non-integer seq one above every real seq (SQLite sorts text after numbers)."""
         seq, kind, t_ms, wall, data, prev_hash, digest = row
+        if not isinstance(seq, int):
+            seq, digest = FOREIGN_SEQ, ""
+        if not isinstance(t_ms, int):
+            t_ms, digest = 0, ""
         try:
             parsed = json.loads(data)
         except (TypeError, ValueError):
