@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from opsarena.errors import LogTamperedError, StoreError
+from opsarena.errors import EventLogError, LogTamperedError, StoreError
 from opsarena.store import GENESIS, SqliteEventStore, chain_problems, event_hash
 
 
@@ -190,3 +190,15 @@ def test_rows_of_the_wrong_types_are_quarantined_too(tmp_path: Path) -> None:
         moved = store.quarantine_tail_blocking("m", "test")
         assert moved is not None and (moved.first_seq, moved.rows) == (6, 2)
         assert store.append_blocking("m", "agent_output", {}, 9) == 6
+
+
+def test_an_appended_row_edited_into_garbage_reads_as_one_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    with filled(db) as store:
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE events SET data = '{not json' WHERE seq = 2")
+        with pytest.raises(EventLogError, match="match m seq 2: the row is malformed"):
+            store.read_blocking("m")
+        audit = store.audit_blocking("m")
+        problems = chain_problems([e.link() for e in audit.events], last_seq=audit.last_seq)
+        assert [p.seq for p in problems] == [2]

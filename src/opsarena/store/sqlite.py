@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 import platformdirs
 
-from opsarena.errors import LogTamperedError, StoreError
+from opsarena.errors import EventLogError, LogTamperedError, StoreError
 from opsarena.store.base import (
     MAX_EVENT_BYTES,
     EventStore,
@@ -499,19 +499,25 @@ class SqliteEventStore(EventStore):
         )
         with self._lock:
             rows = self._query(query, (match_id, after, match_id, -1 if limit is None else limit))
-        return [
-            StoredEvent(
-                match_id,
-                int(seq),
-                str(kind),
-                int(t_ms),
-                str(wall),
-                json.loads(data),
-                str(prev_hash),
-                str(digest),
-            )
-            for seq, kind, t_ms, wall, data, prev_hash, digest in rows
-        ]
+        return [self._event_of(match_id, row) for row in rows]
+
+    @staticmethod
+    def _event_of(match_id: str, row: Any) -> StoredEvent:
+        """A row the store appended, as an event; `EventLogError` when it was since edited
+        into something no appender writes (text in an integer column, data not JSON)."""
+        seq, kind, t_ms, wall, data, prev_hash, digest = row
+        try:
+            if not isinstance(seq, int) or not isinstance(t_ms, int):
+                raise ValueError("seq and t_ms must be integers")
+            parsed = json.loads(data)
+        except (TypeError, ValueError) as exc:
+            raise EventLogError(
+                f"match {match_id} seq {seq}: the row is malformed ({exc}): it was edited "
+                f"behind the store's back, opsarena verify {match_id}"
+            ) from None
+        return StoredEvent(
+            match_id, seq, str(kind), t_ms, str(wall), parsed, str(prev_hash), str(digest)
+        )
 
     _SUMMARY = (
         "SELECT match_id, created_wall, updated_wall, last_seq, last_t_ms, last_type FROM matches"
