@@ -144,3 +144,22 @@ def test_an_impossible_log_is_shown_as_such(tmp_path: Path) -> None:
     assert "still" in out.stderr and out.stderr.count("\n") == 1
     listed = opsarena("ls", "--db", str(path))
     assert listed.returncode == 0 and "invalid log" in listed.stdout
+
+
+def test_verify_passes_an_intact_log_and_says_exit_2_for_bad_input(tmp_path: Path) -> None:
+    from tests.match.test_commitment import NONCE, SEED, committed_events
+
+    db = tmp_path / "verify.db"
+    fill(db, committed_events("v1"))
+    ok = opsarena("verify", "v1", "--db", str(db))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    [line] = ok.stdout.splitlines()
+    assert line.startswith(f"match v1: {len(committed_events('v1'))} events, hash chain intact")
+    assert line.endswith(f"revealed seed {SEED.hex()} matches its commitment")
+    assert NONCE.hex() not in line
+    unknown = opsarena("verify", "nope", "--db", str(db))
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    assert "no match 'nope'" in unknown.stderr
+    missing = opsarena("verify", "v1", "--db", str(tmp_path / "absent.db"))
+    assert missing.returncode == 2 and "no event log at" in missing.stderr
+    assert not (tmp_path / "absent.db").exists()
