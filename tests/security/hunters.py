@@ -98,3 +98,37 @@ conn.execute("COMMIT")
 print("forged ten rows from seq", top + 1, flush=True)
 time.sleep(2)
 """
+
+CAREFUL_FORGER = r"""
+import json, os, pathlib, sqlite3, sys, time
+from opsarena.store.chain import event_hash  # the chain is public: a forger has the code
+
+work = pathlib.Path(sys.argv[1])
+db = (work / "db").read_text()
+match = os.environ["OPSARENA_MATCH"]
+time.sleep(1)
+conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")  # the arena waits; it then chains onto the forged head
+rows = conn.execute(
+    "SELECT id, seq, type, t_ms, wall, data, prev_hash FROM events"
+    " WHERE match_id = ? ORDER BY seq", (match,)
+).fetchall()
+target = next(r for r in rows if r[2] == "preflight" and json.loads(r[5])["territory"] == "ref")
+prev = None
+for row_id, seq, kind, t_ms, wall, data, prev_hash in rows:
+    if seq < target[1]:
+        continue
+    payload = json.loads(data)
+    if seq == target[1]:
+        payload["detail"] = "forged by a careful competitor"
+        data = json.dumps(payload, separators=(",", ":"))
+    prev = prev_hash if prev is None else prev
+    digest = event_hash(match, seq, kind, t_ms, wall, payload, prev)
+    conn.execute("UPDATE events SET data = ?, prev_hash = ?, hash = ? WHERE id = ?",
+                 (data, prev, digest, row_id))
+    prev = digest
+conn.execute("COMMIT")
+(work / "forged").write_text(str(target[1]))
+print("rewrote seq", target[1], "and re-chained every row after it", flush=True)
+time.sleep(2)
+"""

@@ -31,7 +31,7 @@ from opsarena.match.events import (
 )
 from opsarena.store import SqliteEventStore
 from tests.conftest import new_match_id
-from tests.security.hunters import FORGER
+from tests.security.hunters import CAREFUL_FORGER, FORGER
 
 pytestmark = pytest.mark.hosts
 
@@ -72,6 +72,36 @@ def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_o
     assert len(lines) == 10, lines
     assert lines[0].startswith(f"match {match_id} seq {first}: a competitor_done row")
     assert "did not append, quarantined" in lines[0]
+
+
+def test_an_edit_with_the_chain_redone_is_still_found_by_the_controller_at_the_close(
+    tmp_path: Path,
+) -> None:
+    """The chain holds no secret: a forger with the file can edit an event and redo every
+    hash after it, and the chain verifies. The controller remembers what it wrote and
+    finds the edit at the close; `verify` then names the seq from the log itself."""
+    db = tmp_path / "log.db"
+    work = tmp_path / "careful"
+    work.mkdir()
+    (work / "forger.py").write_text(CAREFUL_FORGER)
+    (work / "db").write_text(str(db))
+    played = cli(
+        "run", "--quiet", "--db", str(db), "--time-limit", "120",
+        "--builder", f"careful=command:{sys.executable} {work / 'forger.py'} {work}",
+        "--builder", "ref=scripted:reference",
+    )  # fmt: skip
+    assert played.returncode == 0, played.stderr
+    edited = int((work / "forged").read_text())
+    match_id = cli("ls", "--db", str(db)).stdout.splitlines()[1].split()[0]
+    record = json.loads(cli("show", match_id, "--json", "--db", str(db)).stdout)
+    assert record["match_state"] == "finished" and record["winner"] == "ref"
+    assert record["log_altered"] == [edited]
+    verified = cli("verify", match_id, "--db", str(db))
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert verified.stdout.splitlines() == [
+        f"match {match_id} seq {edited}: altered after the arena appended it (found at the "
+        f"close, log_tampered at seq {record['last_sequence'] - 1})"
+    ]
 
 
 def _append(store: SqliteEventStore, match_id: str, event: EventData, t_ms: int = 0) -> int:

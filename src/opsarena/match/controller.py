@@ -55,7 +55,7 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
-from opsarena.store import EventStore, chain_problems
+from opsarena.store import EventStore, chain_problems, content_digest
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class Controller:
         self._finished = False
         self._judging_over = False
         self._settlers: list[asyncio.Task[None]] = []
+        self._appended: dict[int, str] = {}
         self.referee = Referee(
             plan.challenge, seed=plan.seed, emit=self._referee_emit, clock=self.clock
         )
@@ -152,14 +153,46 @@ class Controller:
 
     async def _append(self, event_type: str, data: dict[str, Any]) -> None:
         async with self._lock:  # one at a time, so t_ms never goes back as seq goes up
+            t_ms = self.clock()
             try:
-                await self.store.append(self.match_id, event_type, data, self.clock())
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
             except LogTamperedError as exc:
                 # Rows the arena never appended sit where it writes: set them aside (kept
                 # as evidence), say so in the log, and go on; a second refusal is raised.
                 log.error("match %s: %s", self.match_id, exc)
                 await self._quarantine(str(exc))
-                await self.store.append(self.match_id, event_type, data, self.clock())
+                t_ms = self.clock()
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
+            # What it wrote, remembered (32 bytes an event) to be checked at the close:
+            # an edit that also redoes the chain is still found then.
+            self._appended[seq] = content_digest(event_type, t_ms, data)
+
+    async def _check_own_events(self) -> None:
+        """Before the close: log `log_tampered` (`altered`) if any event this controller
+        appended no longer reads as it wrote it."""
+        if not self._appended:
+            return
+        audit = await self.store.audit(self.match_id)
+        stored = {e.seq: e for e in audit.events if e.seq <= audit.last_seq}
+        altered = sorted(
+            seq
+            for seq, digest in self._appended.items()
+            if seq not in stored
+            or content_digest(stored[seq].type, stored[seq].t_ms, stored[seq].data) != digest
+        )
+        if altered:
+            shown = ", ".join(str(seq) for seq in altered[:20])
+            why = f"events the arena appended were altered or removed: seq {shown}"
+            log.error("match %s: %s", self.match_id, why)
+            await self.emit(
+                LogTampered(
+                    kind="altered",
+                    first_seq=altered[0],
+                    rows=len(altered),
+                    seqs=altered,
+                    detail=why[:1000],
+                )
+            )
 
     async def _quarantine(self, why: str) -> None:
         """Move the log's forged tail aside and log `log_tampered` (inside the lock)."""
@@ -749,6 +782,10 @@ class Controller:
         await self._drain(reason)
         await self._release_hosts()
         self._closed = True
+        try:
+            await self._check_own_events()
+        except OpsArenaError as exc:  # the check must never keep the match from closing
+            log.error("match %s: could not check its own events: %s", self.match_id, exc)
         legacy = not self.plan.nonce  # resumed from a log that had its seed in the open
         await self.emit(
             MatchClosed(

@@ -218,13 +218,17 @@ class MatchClosed(EventData):
 
 
 class LogTampered(EventData):
-    """The arena found rows it never appended at the head of its log (`first_seq` and
-    up, `rows` of them) and moved them to the quarantine before appending again."""
+    """The arena found its log tampered with. `quarantined`: rows it never appended sat
+    at the head of its log (`first_seq` and up, `rows` of them) and were moved to the
+    quarantine before it appended again. `altered`: at the close, `rows` events it had
+    appended itself (the first at `first_seq`, all in `seqs`) no longer read as written."""
 
     event_type: ClassVar[str] = "log_tampered"
     first_seq: int = Field(ge=1)
     rows: int = Field(ge=0)
     detail: str
+    kind: Literal["quarantined", "altered"] = "quarantined"
+    seqs: list[int] = Field(default_factory=list)
 
 
 class DiskQuotaExceeded(EventData):

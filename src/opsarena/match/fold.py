@@ -197,6 +197,8 @@ class RecordFolder:
             case MatchClosed():
                 self._reveal(data)
                 self._closed()
+            case LogTampered(kind="altered", seqs=seqs):
+                rec.log_altered.extend(seqs)
             case LogTampered(first_seq=first_seq, rows=rows):
                 rec.log_quarantined.append(f"seq {first_seq}: {rows} rows")
             case DiskQuotaExceeded(territory=name):

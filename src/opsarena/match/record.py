@@ -108,3 +108,6 @@ class MatchRecord(_Record):
     log_quarantined: list[str] = Field(default_factory=list)
     """Each forged tail the arena moved out of this match's log (`log_tampered`): where it
     began and how many rows; `opsarena verify` lists them row by row."""
+    log_altered: list[int] = Field(default_factory=list)
+    """Seqs of events the controller appended that, at the close, no longer read as it
+    wrote them (edited or removed behind the store's back, even with the chain redone)."""

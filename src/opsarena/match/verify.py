@@ -50,6 +50,14 @@ def verify_log(audit: LogAudit) -> Verification:
             f"match {match_id} seq {row.event.seq}: a {row.event.type} row the arena did not "
             f"append, quarantined at {row.quarantined_wall}"
         )
+    for event in audit.events:
+        if event.type == "log_tampered" and event.data.get("kind") == "altered":
+            seqs = event.data.get("seqs")
+            for seq in seqs if isinstance(seqs, list) else [event.data.get("first_seq")]:
+                problems.append(
+                    f"match {match_id} seq {seq}: altered after the arena appended it "
+                    f"(found at the close, log_tampered at seq {event.seq})"
+                )
     seed, seed_problem = _seed_state(match_id, audit)
     if seed_problem:
         problems.append(f"match {match_id}: {seed_problem}")

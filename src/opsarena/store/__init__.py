@@ -18,6 +18,7 @@ from opsarena.store.chain import (
     ChainProblem,
     canonical_json,
     chain_problems,
+    content_digest,
     event_hash,
     forged_tail_start,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "StoredEvent",
     "canonical_json",
     "chain_problems",
+    "content_digest",
     "default_db_path",
     "event_hash",
     "forged_tail_start",

@@ -55,6 +55,14 @@ def event_hash(
     return hashlib.sha256(canonical_json(envelope)).hexdigest()
 
 
+def content_digest(event_type: str, t_ms: int, data: Mapping[str, Any]) -> str:
+    """SHA-256 of what an appender wrote (type, t_ms, data), as the store will read it
+    back (`data` through one JSON round trip): independent of seq and chain, so a writer
+    can later check its own events even if someone redid every hash after an edit."""
+    stored = json.loads(json.dumps(dict(data), ensure_ascii=False))
+    return hashlib.sha256(canonical_json([event_type, t_ms, stored])).hexdigest()
+
+
 @dataclass(frozen=True)
 class ChainLink:
     """What the chain checks of one stored row (its content and its two hash columns)."""
