@@ -129,6 +129,10 @@ function renderRecord(record) {
       ? el("span", { class: "fail", id: "tampered" },
         `forged log rows set aside: ${record.log_quarantined.join("; ")}`)
       : null,
+    (record.log_altered || []).length
+      ? el("span", { class: "fail", id: "altered" },
+        `events altered behind the arena's back: seq ${record.log_altered.join(", ")}`)
+      : null,
   );
   document.getElementById("cards").replaceChildren(
     ...Object.entries(record.territories).map(([name, t]) => card(name, t, record)));
@@ -160,7 +164,9 @@ function describe(event) {
     case "final_verification": return ["", `${d.territory}: final verification, ${d.changed ? "changed" : "unchanged"}`];
     case "match_finished": return ["match", `finished: ${d.finish_reason}, winner ${d.winner || "none"}`];
     case "match_closed": return ["match", "match closed: the record is final" + (d.seed ? `, seed ${d.seed} revealed` : "")];
-    case "log_tampered": return ["fail", `forged log rows set aside: ${d.rows} from seq ${d.first_seq}`];
+    case "log_tampered": return ["fail", d.kind === "altered"
+      ? `events altered behind the arena's back: seq ${(d.seqs || []).join(", ")}`
+      : `forged log rows set aside: ${d.rows} from seq ${d.first_seq}`];
     default: return null; // attempts in flight, usage, output: the cards and transcripts show them
   }
 }
