@@ -51,6 +51,9 @@ def hostile_log() -> list[dict[str, Any]]:
     entry = {"kind": "exec", "command": HOSTILE, "exit_code": 0, "stdout": HOSTILE}
     events.append({**events[-1], "seq": len(events) + 1, "type": "agent_transcript",
                    "data": {"agent": agent, "entry": entry}})  # fmt: skip
+    tampered = {"first_seq": 9, "rows": 10, "detail": HOSTILE, "kind": "quarantined"}
+    events.append({**events[-1], "seq": len(events) + 1, "type": "log_tampered",
+                   "data": tampered})  # fmt: skip
     return events
 
 
@@ -106,6 +109,7 @@ def test_the_page_shows_hostile_text_literally_and_runs_none_of_it(served: str) 
         assert page.evaluate("document.querySelectorAll('img, script:not([src])').length") == 0
         bold = "[...document.querySelectorAll('b')].filter(b => b.textContent === 'bold').length"
         assert page.evaluate(bold) == 0
+        expect(page.locator("#tampered")).to_have_text("forged log rows set aside: seq 9: 10 rows")
         seed_line = page.locator("#seed").inner_text()
         assert seed_commitment(MATCH, NONCE, SEED) in seed_line
         assert SEED.hex() not in page.content()
