@@ -62,6 +62,17 @@ class StoreError(OpsArenaError):
     a newer opsarena, or cannot be opened."""
 
 
+class LogTamperedError(StoreError):
+    """The event log holds rows the arena did not append: a sequence number it was about
+    to take is taken, or the row it would chain to does not match its hash. `seq` is the
+    first sequence number found wrong; nothing was written."""
+
+    def __init__(self, message: str, *, match_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.match_id = match_id
+        self.seq = seq
+
+
 class MatchNotFoundError(OpsArenaError):
     """No match with that id is in the event log."""
 

@@ -1,7 +1,9 @@
 """`opsarena run`, `opsarena demo` and `opsarena done`: play a match and take part in one.
 
 Everything is checked before anything is made: the challenge, every agent spec,
-the seed, the record path. Errors are one line with exit code 2.
+the seed, the record path. Errors are one line with exit code 2. Nothing here prints the
+seed while a match runs: the live view shows the log, which holds only its commitment, and
+the summary printed at the end shows the seed once `match_closed` has revealed it.
 """
 
 from __future__ import annotations
@@ -292,6 +294,12 @@ def resume(
     """
     live = sys.stdout.isatty() and not quiet
     with open_db(db) as store:
+        summary = asyncio.run(store.summary(match_id))
+        if summary is not None and summary.last_type == "match_closed":
+            raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")
+        if summary is not None:
+            # A forged tail is set aside first; a log broken deeper is refused, one line.
+            asyncio.run(Controller.repair_log(store, match_id))
         record = asyncio.run(load_record(store, match_id))
         if record.match_state == "finished":
             raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")

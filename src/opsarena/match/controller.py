@@ -26,8 +26,9 @@ from opsarena.agents.competitors import Competitor
 from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.challenges.model import Challenge
-from opsarena.errors import HostError, MatchError, OpsArenaError
+from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -42,6 +43,7 @@ from opsarena.match.events import (
     HostState,
     JudgingStopped,
     LedgerUpdated,
+    LogTampered,
     MatchClosed,
     MatchCreated,
     MatchFinished,
@@ -57,7 +59,7 @@ from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
 from opsarena.referee.nemesis import missing_faults
-from opsarena.store import EventStore
+from opsarena.store import EventStore, chain_problems, content_digest
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,9 @@ class MatchPlan:
     time_limit_s: float
     drain_s: float = 5.0
     seed: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    """Secret until the match closes: only its commitment is logged at the start."""
+    nonce: bytes = field(default_factory=new_nonce)
+    """The seed commitment's nonce (`match.commitment`), revealed with the seed."""
     finish: FinishMode = "first-durable"
     keep_hosts: bool = False
     driver: str = "podman"
@@ -137,6 +142,7 @@ class Controller:
         self._finished = False
         self._judging_over = False
         self._settlers: list[asyncio.Task[None]] = []
+        self._appended: dict[int, str] = {}
         self.referee = Referee(
             plan.challenge, seed=plan.seed, emit=self._referee_emit, clock=self.clock
         )
@@ -151,7 +157,56 @@ class Controller:
 
     async def _append(self, event_type: str, data: dict[str, Any]) -> None:
         async with self._lock:  # one at a time, so t_ms never goes back as seq goes up
-            await self.store.append(self.match_id, event_type, data, self.clock())
+            t_ms = self.clock()
+            try:
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
+            except LogTamperedError as exc:
+                # Rows the arena never appended sit where it writes: set them aside (kept
+                # as evidence), say so in the log, and go on; a second refusal is raised.
+                log.error("match %s: %s", self.match_id, exc)
+                await self._quarantine(str(exc))
+                t_ms = self.clock()
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
+            # What it wrote, remembered (32 bytes an event) to be checked at the close:
+            # an edit that also redoes the chain is still found then.
+            self._appended[seq] = content_digest(event_type, t_ms, data)
+
+    async def _check_own_events(self) -> None:
+        """Before the close: log `log_tampered` (`altered`) if any event this controller
+        appended no longer reads as it wrote it."""
+        if not self._appended:
+            return
+        audit = await self.store.audit(self.match_id)
+        stored = {e.seq: e for e in audit.events if e.seq <= audit.last_seq}
+        altered = sorted(
+            seq
+            for seq, digest in self._appended.items()
+            if seq not in stored
+            or content_digest(stored[seq].type, stored[seq].t_ms, stored[seq].data) != digest
+        )
+        if altered:
+            shown = ", ".join(str(seq) for seq in altered[:20])
+            why = f"events the arena appended were altered or removed: seq {shown}"
+            log.error("match %s: %s", self.match_id, why)
+            await self.emit(
+                LogTampered(
+                    kind="altered",
+                    first_seq=altered[0],
+                    rows=len(altered),
+                    seqs=altered,
+                    detail=why[:1000],
+                )
+            )
+
+    async def _quarantine(self, why: str) -> None:
+        """Move the log's forged tail aside and log `log_tampered` (inside the lock)."""
+        moved = await self.store.quarantine_tail(self.match_id, why)
+        if moved is None:
+            return
+        event = LogTampered(first_seq=moved.first_seq, rows=moved.rows, detail=why[:1000])
+        await self.store.append(
+            self.match_id, event.event_type, event.model_dump(mode="json"), self.clock()
+        )
 
     async def emit(self, event: EventData) -> None:
         """Append one typed event to the log (durably)."""
@@ -251,12 +306,16 @@ class Controller:
 
     async def _create(self) -> None:
         plan = self.plan
+        # The seed is kept where only the arena reads it, so `opsarena resume` can go on;
+        # the log gets the commitment, and the seed only when the match closes.
+        secret = {"seed": plan.seed.hex(), "nonce": plan.nonce.hex()}
+        await asyncio.to_thread(self.store.vault().put, self.match_id, secret)
         await self.emit(
             MatchCreated(
                 match_id=self.match_id,
                 challenge=plan.challenge.name,
                 challenge_title=plan.challenge.title,
-                seed=plan.seed.hex(),
+                seed_commitment=seed_commitment(self.match_id, plan.nonce, plan.seed),
                 finish_mode=plan.finish,
                 time_limit_s=plan.time_limit_s,
                 drain_s=plan.drain_s,
@@ -503,6 +562,9 @@ class Controller:
         async for event in self.store.follow(self.match_id, after=after, poll_s=0.25):
             if event.type != "competitor_done":
                 continue
+            if not event.link().hash_ok():  # a row that was not appended as it reads now
+                log.warning("match %s seq %d fails its hash: ignored", self.match_id, event.seq)
+                continue
             territory = self._territories.get(str(event.data.get("territory")))
             if territory is not None and territory.ctx is not None:
                 territory.ctx.params["done_by"] = event.data.get("by") or "a person"
@@ -574,12 +636,14 @@ class Controller:
         """
         if record.match_state == "finished":
             raise MatchError(f"match {record.match_id} is finished already: opsarena show it")
+        seed, nonce = await cls._vaulted_seed(store, record)
         plan = MatchPlan(
             challenge=challenge,
             competitors=[],
             time_limit_s=record.time_limit_s,
             drain_s=record.drain_s,
-            seed=bytes.fromhex(record.seed),
+            seed=seed,
+            nonce=nonce,
             finish=record.finish_mode,  # type: ignore[arg-type]
             driver=driver,
             match_id=record.match_id,
@@ -596,6 +660,58 @@ class Controller:
         await self.emit(MatchResumed())
         await self._guarded(self._resume(record))
         return await self.record()
+
+    @staticmethod
+    async def _vaulted_seed(store: EventStore, record: MatchRecord) -> tuple[bytes, bytes]:
+        """The seed and nonce of `record`'s match from the vault, checked against the
+        commitment; a log from before commitments has its seed in the record."""
+        if record.seed_commitment is None and record.seed is not None:
+            return bytes.fromhex(record.seed), b""
+        vault = store.vault()
+        secret = await asyncio.to_thread(vault.get, record.match_id)
+        if secret is None:
+            raise MatchError(
+                f"match {record.match_id}: its seed is not in the vault {vault.where}, "
+                "so the referee cannot go on; it cannot be resumed"
+            )
+        problem = reveal_problem(
+            record.match_id,
+            record.seed_commitment or "",
+            secret.get("seed", ""),
+            secret.get("nonce", ""),
+        )
+        if problem is not None:
+            raise MatchError(f"match {record.match_id}: the vault's seed is wrong: {problem}")
+        return bytes.fromhex(secret["seed"]), bytes.fromhex(secret["nonce"])
+
+    @staticmethod
+    async def repair_log(store: EventStore, match_id: str) -> None:
+        """Before resuming: move a forged tail of the log aside (logging `log_tampered`)
+        and refuse, with `MatchError` naming the first bad seq, a log whose chain is
+        broken below events the arena appended after it (the record cannot be trusted)."""
+        moved = await store.quarantine_tail(match_id, "found by opsarena resume")
+        if moved is not None:
+            summary = await store.summary(match_id)
+            event = LogTampered(
+                first_seq=moved.first_seq,
+                rows=moved.rows,
+                detail=f"rows from seq {moved.first_seq} were not appended by the arena",
+            )
+            await store.append(
+                match_id,
+                event.event_type,
+                event.model_dump(mode="json"),
+                summary.last_t_ms if summary else 0,
+            )
+        audit = await store.audit(match_id)
+        problems = chain_problems([e.link() for e in audit.events], last_seq=audit.last_seq)
+        if problems:
+            first = problems[0]
+            raise MatchError(
+                f"match {match_id}: the event log is broken at seq {first.seq} ({first.what}), "
+                f"below events appended after it; the record cannot be trusted, so it is not "
+                f"resumed: opsarena verify {match_id}"
+            )
 
     async def _resume(self, record: MatchRecord) -> None:
         self._clock_offset_ms = record.elapsed_ms
@@ -727,7 +843,21 @@ class Controller:
         await self._drain(reason)
         await self._release_hosts()
         self._closed = True
-        await self.emit(MatchClosed())
+        try:
+            await self._check_own_events()
+        except OpsArenaError as exc:  # the check must never keep the match from closing
+            log.error("match %s: could not check its own events: %s", self.match_id, exc)
+        legacy = not self.plan.nonce  # resumed from a log that had its seed in the open
+        await self.emit(
+            MatchClosed(
+                seed=None if legacy else self.plan.seed.hex(),
+                seed_nonce=None if legacy else self.plan.nonce.hex(),
+            )
+        )
+        try:  # revealed now: the vault's copy has done its job
+            await asyncio.to_thread(self.store.vault().discard, self.match_id)
+        except OpsArenaError as exc:
+            log.warning("match %s: %s", self.match_id, exc)
 
     async def _release_hosts(self) -> None:
         async def release(name: str, host: Host) -> None:
