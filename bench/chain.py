@@ -1,6 +1,6 @@
 """Benchmark: the event log's append latency and read throughput, with the hash chain.
 
-Run: `python bench/store.py [--events 2000] [--json bench/results/store.json]`.
+Run: `python bench/chain.py [--events 2000] [--json bench/results/chain.json]`.
 Appends `--events` events to one match in a fresh log (a realistic mix: 3 in 4 small
 referee-sized events, 1 in 4 a 4 KiB agent output chunk), each a durable commit, then
 reads the whole match back. Run it with `PYTHONPATH=<an older checkout>/src` to measure
