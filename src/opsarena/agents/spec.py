@@ -13,7 +13,7 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,13 +46,16 @@ class Price(BaseModel):
 
 
 LLM_ONLY_SETTINGS = frozenset({"base_url", "api_key_env", "price", "max_tokens", "bash_timeout_s"})
-COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s"})
+COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s", "paths", "network"})
 
 
 class AgentSettings(BaseModel):
     """Per-competitor settings. Which apply depends on the kind: `base_url`, `api_key_env`,
-    `price`, `max_tokens` and `bash_timeout_s` are for `llm`; `env` and `grace_s` for
-    `command`; `model` (the name the record shows) and `limits.wall_s` for every kind."""
+    `price`, `max_tokens` and `bash_timeout_s` are for `llm`; `env`, `grace_s`, `paths`
+    (absolute paths the program may read, bound read-only into its sandbox) and `network`
+    (true: the program shares the machine's network, e.g. to reach its own model API;
+    default none) for `command`; `model` (the name the record shows) and `limits.wall_s`
+    for every kind."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,6 +68,8 @@ class AgentSettings(BaseModel):
     bash_timeout_s: float | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     grace_s: float | None = Field(default=None, gt=0, description="SIGTERM to SIGKILL")
+    paths: tuple[Annotated[str, Field(pattern=r"^/")], ...] = ()
+    network: bool | None = None
 
     def over(self, base: AgentSettings) -> AgentSettings:
         """These settings with every field left unset taken from `base` (limits per field)."""

@@ -24,6 +24,7 @@ from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
+from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
@@ -309,7 +310,7 @@ class Controller:
                 match_id=self.match_id,
                 territory=name,
                 brief=plan.challenge.brief,
-                host=territory.host,
+                host=ThrottledHost(territory.host),  # the per-competitor cap
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
                 params={"port": plan.challenge.port, "unit": plan.challenge.unit},
