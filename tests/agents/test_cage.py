@@ -1,0 +1,116 @@
+"""The cage's deciding functions (cgroup discovery, limits, the sandbox's command line) and
+the per-competitor cap on host operations, on a real host."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from tests.agents.records_service import agents_host
+
+from opsarena.agents.cage import (
+    SANDBOX_ROOT,
+    CageLimits,
+    limit_files,
+    parse_mountinfo,
+    parse_proc_cgroup,
+    sandbox_argv,
+)
+from opsarena.agents.throttle import ThrottledHost
+from opsarena.hosts import Host
+
+__all__ = ["agents_host"]  # fixture
+
+HYBRID = """\
+25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+30 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+31 25 0:28 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+32 25 0:29 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+33 25 0:30 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
+40 22 0:40 / /proc rw - proc proc rw
+"""
+
+
+def test_mountinfo_gives_each_cgroup_mount_its_version_and_controllers() -> None:
+    assert parse_mountinfo(HYBRID) == [
+        (Path("/sys/fs/cgroup/unified"), 2, frozenset()),
+        (Path("/sys/fs/cgroup/cpu,cpuacct"), 1, frozenset({"cpu"})),
+        (Path("/sys/fs/cgroup/memory"), 1, frozenset({"memory"})),
+        (Path("/sys/fs/cgroup/pids"), 1, frozenset({"pids"})),
+        (Path("/sys/fs/cgroup/systemd"), 1, frozenset()),
+    ]
+
+
+def test_proc_cgroup_maps_every_controller_and_v2_to_its_path() -> None:
+    text = "4:memory:/process_api/x\n2:cpu,cpuacct:/\n1:name=systemd:/a\n0::/user.slice\n"
+    assert parse_proc_cgroup(text) == {
+        "memory": "/process_api/x",
+        "cpu": "/",
+        "cpuacct": "/",
+        "name=systemd": "/a",
+        "": "/user.slice",
+    }
+
+
+def test_limits_are_written_in_each_versions_files() -> None:
+    limits = CageLimits(pids=64, memory_bytes=1 << 28, cpus=0.5)
+    assert limit_files(1, ["memory", "pids", "cpu"], limits) == [
+        ("pids.max", "64"),
+        ("memory.limit_in_bytes", str(1 << 28)),
+        ("memory.memsw.limit_in_bytes", str(1 << 28)),  # after the memory limit, never before
+        ("cpu.cfs_period_us", "100000"),
+        ("cpu.cfs_quota_us", "50000"),
+    ]
+    assert limit_files(2, ["pids", "memory", "cpu"], limits) == [
+        ("pids.max", "64"),
+        ("memory.max", str(1 << 28)),
+        ("memory.swap.max", "0"),
+        ("cpu.max", "50000 100000"),
+    ]
+    assert limit_files(1, [], limits) == []
+
+
+def test_the_sandbox_shows_only_what_it_names_and_drops_to_the_agents_uid() -> None:
+    words = sandbox_argv(
+        ["/srv/agent/run", "--fast"],
+        uid=1_900_000_123,
+        view=Path("/tmp/opsarena-agent-x/view"),
+        read_only=["/srv/agent/run", "/data/model"],
+        tools=("/usr/bin/setpriv", "/usr/bin/bwrap"),
+    )
+    binds = [(words[i + 1], words[i + 2]) for i, w in enumerate(words) if w == "--ro-bind"]
+    sources = {source for source, _ in binds}
+    assert ("/tmp/opsarena-agent-x/view", SANDBOX_ROOT) in binds
+    assert {"/usr", "/srv/agent/run", "/data/model"} <= sources
+    assert not {"/", "/sys", "/run", "/var", "/root", "/home", "/tmp"} & sources
+    assert not any(
+        w in ("--bind", "--dev-bind") and i < words.index("--") for i, w in enumerate(words)
+    )
+    assert "--unshare-net" in words and "--unshare-pid" in words
+    setpriv = words.index("/usr/bin/setpriv")
+    assert words[setpriv + 1 : setpriv + 3] == ["--reuid=1900000123", "--regid=1900000123"]
+    assert "--bounding-set=-all" in words and "--no-new-privs" in words
+    inner = words[setpriv:]
+    assert "--disable-userns" in inner and inner[-2:] == ["/srv/agent/run", "--fast"]
+    # Parents of a bound path are made searchable, so the agent's uid can reach it.
+    assert words[words.index("/srv") - 3 : words.index("/srv")] == ["--perms", "0755", "--dir"]
+    with_network = sandbox_argv(
+        ["/bin/true"], uid=1, view=Path("/v"), network=True, tools=("/s", "/b")
+    )
+    assert "--unshare-net" not in with_network
+
+
+@pytest.mark.hosts
+async def test_a_competitor_over_its_cap_waits_its_turn(agents_host: Host) -> None:
+    host = ThrottledHost(agents_host, limit=2)
+    results = await asyncio.gather(
+        *(host.exec(f"sleep 0.3; echo {i}", timeout=60) for i in range(6)),
+        host.write_file("/tmp/capped", b"x"),
+    )
+    assert [r.stdout for r in results[:6]] == [f"{i}\n".encode() for i in range(6)]
+    assert host.peak == 2 and host.in_flight == 0
+    assert await host.read_file("/tmp/capped") == b"x"
+    with pytest.raises(ValueError):
+        ThrottledHost(agents_host, limit=0)
