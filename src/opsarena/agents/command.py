@@ -74,6 +74,9 @@ DEFAULT_GRACE = 5.0
 _CHUNK = 8192
 _DRAIN_CHUNK = 1024 * 1024
 _GATE_LINE_LIMIT = 2 * DEFAULT_FILE_LIMIT  # a base64 file of the largest size fits
+GATE_READERS = 8
+"""Requests one gate reads at once; the others wait in their sockets (kernel buffers),
+so a program opening thousands of connections cannot fill the arena's memory."""
 _SHIM = Path(__file__).with_name("exec_shim.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"
 _HAVE_SYSTEM_PYTHON = os.path.exists(_SYSTEM_PYTHON)
@@ -340,23 +343,15 @@ class _Gate:
         self.token = token
         self.tasks: set[asyncio.Task[None]] = set()
         self.refused = 0
+        self._readers = asyncio.Semaphore(GATE_READERS)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
             self.tasks.add(task)
         try:
-            line = await reader.readline()
-            try:
-                request = json.loads(line)
-                if not self._authentic(writer, request):
-                    self.refused += 1
-                    log.warning("%s: a request to its gate was refused", self.ctx.territory)
-                    reply = {"exit_code": 2, "error": "this gate belongs to another agent"}
-                else:
-                    reply = await self._answer(request)
-            except (ValueError, KeyError, TypeError) as exc:
-                reply = {"exit_code": 2, "error": f"bad request to the gate: {exc}"}
+            async with self._readers:
+                reply = await self._handle(reader, writer)
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -370,6 +365,19 @@ class _Gate:
             writer.close()
             if task is not None:
                 self.tasks.discard(task)
+
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> dict[str, Any]:
+        try:
+            request = json.loads(await reader.readline())  # ValueError past the limit
+            if not self._authentic(writer, request):
+                self.refused += 1
+                log.warning("%s: a request to its gate was refused", self.ctx.territory)
+                return {"exit_code": 2, "error": "this gate belongs to another agent"}
+            return await self._answer(request)
+        except (ValueError, KeyError, TypeError) as exc:
+            return {"exit_code": 2, "error": f"bad request to the gate: {exc}"}
 
     def _authentic(self, writer: asyncio.StreamWriter, request: object) -> bool:
         token = request.get("token") if isinstance(request, dict) else None
