@@ -157,9 +157,12 @@ class CommandAgent(Agent):
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         try:
             program = self._program()
-            tools = sandbox_tools()
         except AgentConfigError as exc:
             return AgentOutcome("failed", False, str(exc), "player")
+        try:
+            tools = sandbox_tools()
+        except AgentConfigError as exc:  # no confinement here: the arena's shortcoming
+            return AgentOutcome("failed", False, str(exc), "arena")
         uid = self.uid = agent_uid()
         token = secrets.token_urlsafe(24)
         workdir = Path(tempfile.mkdtemp(prefix="opsarena-agent-"))  # root only, 0700
