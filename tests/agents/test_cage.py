@@ -11,6 +11,7 @@ from tests.agents.records_service import agents_host
 
 from opsarena.agents.cage import (
     SANDBOX_ROOT,
+    SCRATCH_BYTES,
     CageLimits,
     limit_files,
     parse_mountinfo,
@@ -89,6 +90,9 @@ def test_the_sandbox_shows_only_what_it_names_and_drops_to_the_agents_uid() -> N
         w in ("--bind", "--dev-bind") and i < words.index("--") for i, w in enumerate(words)
     )
     assert "--unshare-net" in words and "--unshare-pid" in words
+    for scratch in ("/tmp", "/home/agent"):  # bounded tmpfs, not the arena's disk
+        at = words.index(scratch, words.index("--dev"))
+        assert words[at - 3 : at] == ["--size", str(SCRATCH_BYTES), "--tmpfs"], scratch
     setpriv = words.index("/usr/bin/setpriv")
     assert words[setpriv + 1 : setpriv + 3] == ["--reuid=1900000123", "--regid=1900000123"]
     assert "--bounding-set=-all" in words and "--no-new-privs" in words

@@ -188,3 +188,10 @@ async def test_preflight_finds_missing_programs(tmp_path: Path) -> None:
     not_executable.write_text("true\n")
     with pytest.raises(AgentConfigError, match="not executable"):
         await CommandAgent([str(not_executable)]).preflight()
+
+
+def test_env_may_not_reach_the_arenas_interface_or_its_loader() -> None:
+    CommandAgent(["true"], env={"MODEL": "x", "_private": "y"})
+    for name in ("OPSARENA_EXEC", "OPSARENA_DB", "LD_PRELOAD", "LD_LIBRARY_PATH", "1BAD", "A-B"):
+        with pytest.raises(AgentConfigError, match=f"env {name} cannot be given"):
+            CommandAgent(["true"], env={name: "/tmp/evil"})

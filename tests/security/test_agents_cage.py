@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from opsarena.agents import AgentContext
+from opsarena.agents.cage import DEFAULT_LIMITS, SCRATCH_BYTES
 from opsarena.agents.command import CommandAgent
 from opsarena.hosts import Host
 from tests.agents.contexts import Events, cmdline, recording_context, script
@@ -329,3 +330,29 @@ async def test_network_is_off_unless_the_competitor_opted_in(
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_filling_tmp_and_home_stops_at_their_size(
+    shared_hosts: SharedHosts, tmp_path: Path
+) -> None:
+    host = await shared_hosts("attacker")
+    out, _err, _ = await run_attack(
+        host,
+        tmp_path,
+        """
+        #!/bin/bash
+        for dir in /tmp "$HOME" /dev/shm; do
+          head -c 600M /dev/zero > "$dir/fill"; echo "fill $dir $?"
+          echo "size $dir $(stat -c %s "$dir/fill" 2>/dev/null || echo 0)"
+          rm -f "$dir/fill"
+        done
+        """,
+    )
+    sizes = {d: int(n) for d, n in re.findall(r"^size (\S+) (\d+)$", out, re.M)}
+    assert set(sizes) == {"/tmp", "/home/agent", "/dev/shm"}, out  # /dev/shm: not writable
+    for directory, size in sizes.items():
+        assert size <= SCRATCH_BYTES or size <= DEFAULT_LIMITS.memory_bytes, (directory, size)
+        assert size < 600 * 1024 * 1024, directory
+    assert re.search(r"^fill /tmp [1-9]", out, re.M) and re.search(
+        r"^fill /home/agent [1-9]", out, re.M
+    )

@@ -47,6 +47,9 @@ SANDBOX_ROOT = "/opsarena"
 """Where a program finds its brief, its `exec`/`put` wrappers and its gate."""
 SANDBOX_HOME = "/home/agent"
 SANDBOX_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+SCRATCH_BYTES = 256 * 1024 * 1024
+"""Size of each of the program's tmpfs (`/tmp`, its home); their pages also count
+against its memory limit."""
 
 ETC_FILES = (
     "/etc/alternatives",
@@ -338,10 +341,12 @@ def sandbox_argv(
     read_only: Sequence[str] = (),
     network: bool = False,
     tools: tuple[str, str] | None = None,
+    scratch_bytes: int = SCRATCH_BYTES,
 ) -> list[str]:
     """The command line that runs `argv` as `uid` in its own namespaces (see the module
     docstring), with `view` at `SANDBOX_ROOT` and every path of `read_only` at its own
-    place, read-only. The environment is the caller's to give (it passes through whole).
+    place, read-only; `/tmp` and the home are tmpfs of `scratch_bytes` each. The
+    environment is the caller's to give (it passes through whole).
 
     Three stages, all the arena's own binaries: `bwrap`, run by root, builds the view
     (so it can bind paths under directories only root may traverse) and the pid, ipc,
@@ -381,6 +386,8 @@ def sandbox_argv(
         "/dev",
         "--perms",
         "1777",
+        "--size",
+        str(scratch_bytes),
         "--tmpfs",
         "/tmp",
         "--perms",
@@ -389,6 +396,8 @@ def sandbox_argv(
         "/home",
         "--perms",
         "1777",
+        "--size",
+        str(scratch_bytes),
         "--tmpfs",
         SANDBOX_HOME,
         "--ro-bind",

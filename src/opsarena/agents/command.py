@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -80,6 +81,8 @@ so a program opening thousands of connections cannot fill the arena's memory."""
 _SHIM = Path(__file__).with_name("exec_shim.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"
 _HAVE_SYSTEM_PYTHON = os.path.exists(_SYSTEM_PYTHON)
+_ENV_NAME = re.compile(r"(?!OPSARENA_|LD_)[A-Za-z_][A-Za-z0-9_]*")
+"""A variable a competitors file may give a program (see `CommandAgent`)."""
 GATE_PATH = f"{SANDBOX_ROOT}/gate/gate.sock"
 """The gate's socket as the program sees it."""
 
@@ -103,6 +106,12 @@ class CommandAgent(Agent):
     ) -> None:
         if not argv:
             raise AgentConfigError("a command agent needs a program: command:PROGRAM ARGS...")
+        refused = sorted(name for name in env or {} if not _ENV_NAME.fullmatch(name))
+        if refused:
+            raise AgentConfigError(
+                f"env {', '.join(refused)} cannot be given to a command agent: "
+                "OPSARENA_* is the arena's interface, LD_* would reach the arena's own tools"
+            )
         self.argv = argv
         self.model = model or Path(argv[0]).name
         self.env = env or {}
