@@ -232,9 +232,7 @@ class ProcessCage:
         (SIGKILL, a crash) without removing them. Empty when there are none."""
         by_name: dict[str, list[Path]] = {}
         for hierarchy in hierarchies():
-            for base in hierarchy.bases():
-                if not base.is_dir():
-                    continue
+            for base in _cage_bases(hierarchy):
                 for path in sorted(base.glob(f"{match_id}.*")):
                     if path.is_dir():
                         by_name.setdefault(path.name, []).append(path)
@@ -293,6 +291,23 @@ class ProcessCage:
                     break
                 except OSError:  # the last processes are still exiting
                     time.sleep(0.02)
+
+
+def _cage_bases(hierarchy: Hierarchy, depth: int = 4) -> list[Path]:
+    """Every `opsarena` directory of `hierarchy` at most `depth` levels down: where this
+    process makes cages, and where a controller that ran in another cgroup made its own."""
+    found = [base for base in hierarchy.bases() if base.is_dir()]
+    level = [hierarchy.mount]
+    for _ in range(depth):
+        below: list[Path] = []
+        for directory in level:
+            with contextlib.suppress(OSError):
+                below += [d for d in directory.iterdir() if d.is_dir() and d.name != "opsarena"]
+            candidate = directory / "opsarena"
+            if candidate.is_dir() and candidate not in found:
+                found.append(candidate)
+        level = below
+    return found
 
 
 def _make(hierarchy: Hierarchy, name: str, limits: CageLimits) -> Path:
