@@ -4,15 +4,21 @@ the per-competitor cap on host operations, on a real host."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from tests.agents.records_service import agents_host
+from tests.conftest import new_match_id
 
 from opsarena.agents.cage import (
     SANDBOX_ROOT,
     SCRATCH_BYTES,
     CageLimits,
+    ProcessCage,
     limit_files,
     parse_mountinfo,
     parse_proc_cgroup,
@@ -118,3 +124,36 @@ async def test_a_competitor_over_its_cap_waits_its_turn(agents_host: Host) -> No
     assert await host.read_file("/tmp/capped") == b"x"
     with pytest.raises(ValueError):
         ThrottledHost(agents_host, limit=0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making cgroups needs root")
+def test_a_cage_has_its_limits_is_found_again_by_its_match_and_removed() -> None:
+    match_id = new_match_id("cage")
+    limits = CageLimits(pids=8, memory_bytes=64 * 1024 * 1024, cpus=0.5)
+    cage = ProcessCage.create(match_id, "t", limits)
+    sleeper = subprocess.Popen(cage.wrap(["sleep", "100"]))
+    try:
+        values = {
+            f.name: f.read_text().strip()
+            for path in cage.paths
+            for f in path.iterdir()
+            if f.name in ("pids.max", "memory.limit_in_bytes", "memory.max", "cpu.cfs_quota_us")
+            or f.name == "cpu.max"
+        }
+        assert values["pids.max"] == "8"
+        assert values.get("memory.limit_in_bytes", values.get("memory.max")) == str(64 << 20)
+        assert values.get("cpu.cfs_quota_us", values.get("cpu.max", "").split(" ")[0]) == "50000"
+        for _ in range(100):
+            if sleeper.pid in cage.pids():
+                break
+            time.sleep(0.02)
+        assert cage.pids() == [sleeper.pid]
+        found = ProcessCage.of_match(match_id)
+        assert [(c.name, sorted(c.paths)) for c in found] == [(cage.name, sorted(cage.paths))]
+        found[0].remove()
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert not any(path.exists() for path in cage.paths)
+        assert ProcessCage.of_match(match_id) == []
+    finally:
+        sleeper.kill()
+        cage.remove()
