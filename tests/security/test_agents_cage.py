@@ -356,3 +356,49 @@ async def test_filling_tmp_and_home_stops_at_their_size(
     assert re.search(r"^fill /tmp [1-9]", out, re.M) and re.search(
         r"^fill /home/agent [1-9]", out, re.M
     )
+
+
+async def test_malformed_requests_to_its_own_gate_are_refused_one_by_one(
+    shared_hosts: SharedHosts, tmp_path: Path
+) -> None:
+    host = await shared_hosts("attacker")
+    out, _err, events = await run_attack(
+        host,
+        tmp_path,
+        """
+        #!/bin/bash
+        token=$(grep -o 'gate.sock [^ ]*' /opsarena/exec | cut -d' ' -f2)
+        python3 - "$token" <<'PY'
+        import json, socket, sys
+        token = sys.argv[1]
+        def ask(raw):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect("/opsarena/gate/gate.sock")
+                try:
+                    s.sendall(raw)
+                    s.shutdown(socket.SHUT_WR)
+                    data = b"".join(iter(lambda: s.recv(65536), b""))
+                except OSError as exc:
+                    return f"dropped {exc.errno}"
+            return json.loads(data)["exit_code"] if data else "closed"
+        base = {"op": "exec", "command": "touch /tmp/bad", "token": token}
+        for name, raw in [
+            ("nan", json.dumps({**base, "timeout": float("nan")}).encode() + b"\\n"),
+            ("negative", json.dumps({**base, "timeout": -5}).encode() + b"\\n"),
+            ("list", b"[1, 2]\\n"),
+            ("junk", b"\\x00\\xff not json\\n"),
+            ("huge", b"x" * (5 << 20) + b"\\n"),
+            ("no-token", json.dumps({"op": "exec", "command": "touch /tmp/bad"}).encode() + b"\\n"),
+        ]:
+            print(name, ask(raw), flush=True)
+        PY
+        $OPSARENA_EXEC 'echo still-serving'
+        """,
+    )
+    answers = dict(re.findall(r"^(\S+) (\S+(?: \d+)?)$", out, re.M))
+    for name in ("nan", "negative", "list", "junk", "no-token"):
+        assert answers.get(name) == "2", (name, out)
+    assert answers.get("huge") in ("2", "closed") or answers.get("huge", "").startswith("dropped")
+    assert out.rstrip().endswith("still-serving"), out
+    assert [e["command"] for e in transcript(events)] == ["echo still-serving"]
+    assert (await host.exec("test -e /tmp/bad", timeout=30)).exit_code == 1

@@ -385,7 +385,8 @@ class _Gate:
             request = json.loads(await reader.readline())  # ValueError past the limit
             if not self._authentic(writer, request):
                 self.refused += 1
-                log.warning("%s: a request to its gate was refused", self.ctx.territory)
+                if self.refused == 1:  # once: a flood of refusals must not flood the log
+                    log.warning("%s: a request to its gate was refused", self.ctx.territory)
                 return {"exit_code": 2, "error": "this gate belongs to another agent"}
             return await self._answer(request)
         except (ValueError, KeyError, TypeError) as exc:
@@ -419,7 +420,10 @@ class _Gate:
             return {"exit_code": 0}
         command = str(request["command"])
         stdin = base64.b64decode(request["stdin"]) if request.get("stdin") is not None else None
-        timeout = min(float(request.get("timeout") or 300), MAX_EXEC_TIMEOUT)
+        timeout = float(request.get("timeout") or 300)
+        if not 0 < timeout < math.inf:  # also NaN
+            raise ValueError(f"timeout {request.get('timeout')!r} is not a positive number")
+        timeout = min(timeout, MAX_EXEC_TIMEOUT)
         try:
             result = await host.exec(
                 command, timeout=timeout, input=stdin, output_limit=DEFAULT_OUTPUT_LIMIT
