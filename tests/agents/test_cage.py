@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.agents.records_service import agents_host
 from tests.conftest import new_match_id
 
 from opsarena.agents.cage import (
+    BLOCKED_SYSCALLS_X86_64,
     SANDBOX_ROOT,
     SCRATCH_BYTES,
     CageLimits,
@@ -23,6 +25,7 @@ from opsarena.agents.cage import (
     parse_mountinfo,
     parse_proc_cgroup,
     sandbox_argv,
+    seccomp_program,
 )
 from opsarena.agents.throttle import ThrottledHost
 from opsarena.hosts import Host
@@ -157,3 +160,37 @@ def test_a_cage_has_its_limits_is_found_again_by_its_match_and_removed() -> None
     finally:
         sleeper.kill()
         cage.remove()
+
+
+def run_filter(program: bytes, arch: int, nr: int) -> int:
+    """Evaluate a classic-BPF seccomp filter (the four instructions it uses) on one call."""
+    ops = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    data = {0: nr, 4: arch}
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = ops[pc]
+        if code == 0x20:  # ld [k]
+            acc, pc = data[k], pc + 1
+        elif code == 0x15:  # jeq #k
+            pc += 1 + (jt if acc == k else jf)
+        elif code == 0x35:  # jge #k
+            pc += 1 + (jt if acc >= k else jf)
+        elif code == 0x06:  # ret #k
+            return k
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+
+
+def test_the_seccomp_filter_refuses_the_listed_calls_and_other_abis() -> None:
+    program = seccomp_program("x86_64")
+    assert program is not None and len(program) % 8 == 0
+    x86_64, i386 = 0xC000003E, 0x40000003
+    allow, eperm, kill = 0x7FFF0000, 0x00050001, 0x80000000
+    for name, nr in BLOCKED_SYSCALLS_X86_64.items():
+        assert run_filter(program, x86_64, nr) == eperm, name
+    for nr in (0, 1, 2, 39, 56, 57, 59, 61, 231, 435):  # read ... exit_group, clone3
+        assert run_filter(program, x86_64, nr) == allow, nr
+    assert run_filter(program, x86_64, 0x40000000 | 321) == eperm, "x32 bpf"
+    assert run_filter(program, x86_64, 0x40000000 | 39) == eperm, "all of x32"
+    assert run_filter(program, i386, 20) == kill, "i386 through int 0x80"
+    assert seccomp_program("aarch64") is None

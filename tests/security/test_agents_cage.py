@@ -402,3 +402,31 @@ async def test_malformed_requests_to_its_own_gate_are_refused_one_by_one(
     assert out.rstrip().endswith("still-serving"), out
     assert [e["command"] for e in transcript(events)] == ["echo still-serving"]
     assert (await host.exec("test -e /tmp/bad", timeout=30)).exit_code == 1
+
+
+async def test_kernel_interfaces_no_build_needs_are_refused(
+    shared_hosts: SharedHosts, tmp_path: Path
+) -> None:
+    host = await shared_hosts("attacker")
+    out, _err, _ = await run_attack(
+        host,
+        tmp_path,
+        """
+        #!/bin/bash
+        python3 - <<'PY'
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        calls = {"bpf": 321, "keyctl": 250, "perf_event_open": 298, "io_uring_setup": 425,
+                 "unshare": 272, "setns": 308, "mount": 165, "ptrace": 101,
+                 "process_vm_readv": 310, "open_by_handle_at": 304, "x32_getpid": 0x40000027,
+                 "getpid": 39}
+        for name, nr in calls.items():
+            ctypes.set_errno(0)
+            result = libc.syscall(nr, 0, 0, 0, 0, 0)
+            print(name, "ok" if result >= 0 else os.strerror(ctypes.get_errno()), flush=True)
+        PY
+        """,
+    )
+    answers = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert answers.pop("getpid") == "ok", out
+    assert answers and set(answers.values()) == {"Operation not permitted"}, answers

@@ -27,6 +27,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,75 @@ ETC_FILES = (
 """The only parts of the machine's /etc a program sees (read-only): what the dynamic
 linker, name resolution and TLS need; nothing of the arena's."""
 TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+BLOCKED_SYSCALLS_X86_64 = {
+    "ptrace": 101,
+    "syslog": 103,
+    "pivot_root": 155,
+    "acct": 163,
+    "mount": 165,
+    "umount2": 166,
+    "swapon": 167,
+    "swapoff": 168,
+    "reboot": 169,
+    "init_module": 175,
+    "delete_module": 176,
+    "quotactl": 179,
+    "kexec_load": 246,
+    "add_key": 248,
+    "request_key": 249,
+    "keyctl": 250,
+    "unshare": 272,
+    "perf_event_open": 298,
+    "name_to_handle_at": 303,
+    "open_by_handle_at": 304,
+    "setns": 308,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "finit_module": 313,
+    "kexec_file_load": 320,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+}
+"""System calls a competitor's program gets EPERM for: kernel surface no build job needs
+(keyrings, BPF, perf, io_uring, module and mount interfaces, namespaces, other
+processes' memory). Everything else is allowed."""
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The program's seccomp filter as classic BPF (what `bwrap --seccomp` reads), or
+    None on an architecture it has no table for (the sandbox then has none).
+
+    Another architecture's calls (x32, i386 through int 0x80) are refused outright, so
+    the table cannot be sidestepped."""
+    if (machine or os.uname().machine) != "x86_64":
+        return None
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    blocked = sorted(BLOCKED_SYSCALLS_X86_64.values())
+    ops: list[tuple[int, int, int, int]] = [
+        (ld_w_abs, 0, 0, 4),  # seccomp_data.arch
+        (jeq_k, 1, 0, _AUDIT_ARCH_X86_64),
+        (ret_k, 0, 0, kill),
+        (ld_w_abs, 0, 0, 0),  # seccomp_data.nr
+        (jge_k, len(blocked) + 1, 0, _X32_SYSCALL_BIT),
+    ]
+    for index, number in enumerate(blocked):
+        ops.append((jeq_k, len(blocked) - index, 0, number))
+    ops += [(ret_k, 0, 0, allow), (ret_k, 0, 0, eperm)]
+    return b"".join(struct.pack("=HBBI", *op) for op in ops)
 
 
 @dataclass(frozen=True)
@@ -357,11 +427,14 @@ def sandbox_argv(
     network: bool = False,
     tools: tuple[str, str] | None = None,
     scratch_bytes: int = SCRATCH_BYTES,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The command line that runs `argv` as `uid` in its own namespaces (see the module
     docstring), with `view` at `SANDBOX_ROOT` and every path of `read_only` at its own
-    place, read-only; `/tmp` and the home are tmpfs of `scratch_bytes` each. The
-    environment is the caller's to give (it passes through whole).
+    place, read-only; `/tmp` and the home are tmpfs of `scratch_bytes` each. With
+    `seccomp_fd` (an inherited descriptor to read `seccomp_program()` from), the program
+    runs under that filter. The environment is the caller's to give (it passes through
+    whole).
 
     Three stages, all the arena's own binaries: `bwrap`, run by root, builds the view
     (so it can bind paths under directories only root may traverse) and the pid, ipc,
@@ -441,6 +514,7 @@ def sandbox_argv(
         bwrap,
         "--unshare-user",
         "--disable-userns",
+        *([] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]),
         "--dev-bind",
         "/",
         "/",

@@ -59,6 +59,7 @@ from opsarena.agents.cage import (
     agent_uid,
     sandbox_argv,
     sandbox_tools,
+    seccomp_program,
 )
 from opsarena.agents.spec import AgentSettings
 from opsarena.errors import AgentConfigError, HostError, HostUnavailableError
@@ -177,6 +178,7 @@ class CommandAgent(Agent):
         workdir = Path(tempfile.mkdtemp(prefix="opsarena-agent-"))  # root only, 0700
         gate = _Gate(ctx, uid=uid, token=token)
         server: asyncio.Server | None = None
+        seccomp_fd: int | None = None
         try:
             view = _make_view(workdir / "view", ctx.brief, token)
             socket_path = view / "gate" / "gate.sock"
@@ -199,6 +201,8 @@ class CommandAgent(Agent):
             shared = [p for p in [program, *self.paths] if _outside_usr(p)]
             if not _HAVE_SYSTEM_PYTHON:  # the shim needs an interpreter
                 shared.append(sys.base_prefix)
+            if (filter_bytes := seccomp_program()) is not None:
+                seccomp_fd = _pipe_with(filter_bytes)
             argv = sandbox_argv(
                 [program, *self.argv[1:]],
                 uid=uid,
@@ -206,16 +210,19 @@ class CommandAgent(Agent):
                 read_only=shared,
                 network=self.network,
                 tools=tools,
+                seccomp_fd=seccomp_fd,
             )
-            return await self._run_program(ctx, argv, env)
+            return await self._run_program(ctx, argv, env, seccomp_fd)
         finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
             if server is not None:
                 server.close()
             await gate.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _run_program(
-        self, ctx: AgentContext, argv: list[str], env: dict[str, str]
+        self, ctx: AgentContext, argv: list[str], env: dict[str, str], seccomp_fd: int | None
     ) -> AgentOutcome:
         try:
             cage = await asyncio.to_thread(
@@ -225,12 +232,18 @@ class CommandAgent(Agent):
             return AgentOutcome("failed", False, str(exc), "arena")
         self.cage = cage
         try:
-            return await self._run_caged(ctx, cage.wrap(argv), env, cage)
+            fds = () if seccomp_fd is None else (seccomp_fd,)
+            return await self._run_caged(ctx, cage.wrap(argv), env, cage, fds)
         finally:  # whatever the program started ends here, setsid or not
             await asyncio.to_thread(cage.remove)
 
     async def _run_caged(
-        self, ctx: AgentContext, argv: list[str], env: dict[str, str], cage: ProcessCage
+        self,
+        ctx: AgentContext,
+        argv: list[str],
+        env: dict[str, str],
+        cage: ProcessCage,
+        pass_fds: tuple[int, ...],
     ) -> AgentOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -240,6 +253,7 @@ class CommandAgent(Agent):
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         except OSError as exc:
             detail = f"cannot start {self.argv[0]}: {exc.strerror or exc}"
@@ -461,6 +475,16 @@ def _clip(data: bytes) -> str:
     if len(text) <= TRANSCRIPT_OUTPUT_LIMIT:
         return text
     return f"{text[:TRANSCRIPT_OUTPUT_LIMIT]}\n[... {len(text) - TRANSCRIPT_OUTPUT_LIMIT} more cut]"
+
+
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe holding exactly `data` (which fits in a pipe's buffer)."""
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
 
 
 def _outside_usr(path: str) -> bool:
