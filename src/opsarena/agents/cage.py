@@ -9,9 +9,9 @@ A command agent's program is hostile. It runs:
   what is in the cgroup ends everything the program started, `setsid` or not;
 - as an unprivileged user of its own (a random uid above `AGENT_UID_BASE`, never root),
   in new user, mount, pid, ipc, uts and cgroup namespaces and, unless the competitor
-  opted in, a new network namespace with nothing but loopback. The namespaces are made
-  by bubblewrap (`bwrap`, Debian's `bubblewrap`), entered through `setpriv`, both the
-  arena's own binaries from /usr;
+  opted in, a new network namespace with nothing but loopback, under a seccomp filter
+  (`seccomp_program`). The namespaces are made by bubblewrap (`bwrap`, Debian's
+  `bubblewrap`), entered through `setpriv`, both the arena's own binaries from /usr;
 - in a private view of the filesystem: /usr (without /usr/local), a few named files of
   /etc, a fresh /proc of its own pid namespace, a minimal /dev, empty /tmp and home
   (tmpfs, charged to its memory limit), its program file and the paths the competitor
