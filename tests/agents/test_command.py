@@ -195,3 +195,25 @@ def test_env_may_not_reach_the_arenas_interface_or_its_loader() -> None:
     for name in ("OPSARENA_EXEC", "OPSARENA_DB", "LD_PRELOAD", "LD_LIBRARY_PATH", "1BAD", "A-B"):
         with pytest.raises(AgentConfigError, match=f"env {name} cannot be given"):
             CommandAgent(["true"], env={name: "/tmp/evil"})
+
+
+@pytest.mark.hosts
+async def test_files_named_on_the_command_line_are_shared_read_only(
+    agents_host: Host, tmp_path: Path
+) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("from the arena\n")
+    program = tmp_path / "agent.py"
+    program.write_text(
+        "import sys\n"
+        "print(open(sys.argv[1]).read(), end='')\n"
+        "try:\n"
+        "    open(sys.argv[1], 'a').write('changed')\n"
+        "except OSError as exc:\n"
+        "    print('write refused', exc.errno in (13, 30))\n"
+    )
+    ctx, events = make_ctx(agents_host)
+    outcome = await CommandAgent(["/usr/bin/python3", str(program), str(data)]).run(ctx)
+    assert outcome.terminal_state == "completed", output(events, "stderr")
+    assert output(events, "stdout") == "from the arena\nwrite refused True\n"  # EACCES/EROFS
+    assert data.read_text() == "from the arena\n"

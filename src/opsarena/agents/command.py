@@ -2,7 +2,8 @@
 
 The program runs as an unprivileged user of its own in its own namespaces, in a cgroup
 with pids, memory and CPU limits, and sees a private filesystem (see `agents.cage`):
-/usr, a few files of /etc, empty /tmp and `$HOME`, its program file and the `paths`
+/usr, a few files of /etc, empty /tmp and `$HOME`, its program file, the arguments that
+name existing files or directories (`command:python3 agent.py`), and the `paths`
 listed for it, read-only. No network unless `network` is set for it. Its environment
 is exactly:
 - OPSARENA_BRIEF_FILE: a file holding the brief;
@@ -198,13 +199,14 @@ class CommandAgent(Agent):
                 "OPSARENA_EXEC": f"{SANDBOX_ROOT}/exec",
                 "OPSARENA_PUT": f"{SANDBOX_ROOT}/put",
             }
-            shared = [p for p in [program, *self.paths] if _outside_usr(p)]
+            args, named = _shared_args(self.argv[1:])
+            shared = [p for p in [program, *named, *self.paths] if _outside_usr(p)]
             if not _HAVE_SYSTEM_PYTHON:  # the shim needs an interpreter
                 shared.append(sys.base_prefix)
             if (filter_bytes := seccomp_program()) is not None:
                 seccomp_fd = _pipe_with(filter_bytes)
             argv = sandbox_argv(
-                [program, *self.argv[1:]],
+                [program, *args],
                 uid=uid,
                 view=view,
                 read_only=shared,
@@ -485,6 +487,18 @@ def _pipe_with(data: bytes) -> int:
     finally:
         os.close(write)
     return read
+
+
+def _shared_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """`args` with those naming an existing file or directory (relative to the arena's
+    working directory) made absolute, and the list of those, to bind into the sandbox."""
+    out, named = [], []
+    for arg in args:
+        if not arg.startswith("-") and os.path.exists(arg):
+            arg = os.path.abspath(arg)
+            named.append(arg)
+        out.append(arg)
+    return out, named
 
 
 def _outside_usr(path: str) -> bool:
