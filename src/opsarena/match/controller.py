@@ -23,8 +23,10 @@ from typing import Any
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
+from opsarena.agents.human import done_token, operator_key, proof_holds
 from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
+from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
@@ -35,6 +37,7 @@ from opsarena.match.events import (
     AgentStarted,
     AgentTranscript,
     AgentUsage,
+    CompetitorDone,
     DiskQuotaExceeded,
     EventData,
     HostFailed,
@@ -100,6 +103,13 @@ class MatchPlan:
     provision_timeout_s: float = 120.0
     disk_quota_mb: int = 2048
     """Past this much written to its disk, a host's disk becomes read-only."""
+    done_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    """Derives each human territory's done token (`agents.human.done_token`); held only
+    by this process, never logged."""
+
+    def done_token(self, territory: str) -> str:
+        """The token `opsarena done` must prove for `territory` (printed for its person)."""
+        return done_token(self.done_key, self.match_id, territory)
 
 
 @dataclass
@@ -382,7 +392,7 @@ class Controller:
                 match_id=self.match_id,
                 territory=name,
                 brief=plan.challenge.brief,
-                host=territory.host,
+                host=ThrottledHost(territory.host),  # the per-competitor cap
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
                 params={"port": plan.challenge.port, "unit": plan.challenge.unit},
@@ -556,19 +566,40 @@ class Controller:
         )
 
     async def _watch_done(self) -> None:
-        """Forward `competitor_done` events (`opsarena done`, another process) to agents."""
+        """Answer `done_requested` events (`opsarena done`, another process): when the
+        proof holds (the territory's done token, or the operator key) and the territory
+        is a person's, log `competitor_done` and tell its agent. Any other request is
+        refused, with a line in the arena's log and nothing in the match's."""
+        operator = await asyncio.to_thread(operator_key, True)
         summary = await self.store.summary(self.match_id)
         after = summary.last_seq if summary else 0
         async for event in self.store.follow(self.match_id, after=after, poll_s=0.25):
-            if event.type != "competitor_done":
+            if event.type != "done_requested":
                 continue
             if not event.link().hash_ok():  # a row that was not appended as it reads now
                 log.warning("match %s seq %d fails its hash: ignored", self.match_id, event.seq)
                 continue
-            territory = self._territories.get(str(event.data.get("territory")))
-            if territory is not None and territory.ctx is not None:
-                territory.ctx.params["done_by"] = event.data.get("by") or "a person"
-                territory.ctx.done.set()
+            name = str(event.data.get("territory"))
+            territory = self._territories.get(name)
+            if territory is None or territory.ctx is None or territory.ctx.done.is_set():
+                continue
+            if territory.competitor.kind != "human":
+                log.warning("refused opsarena done for %s: not a person's territory", name)
+                continue
+            kind, proof = event.data.get("proof_kind"), event.data.get("proof")
+            secret = self.plan.done_token(name) if kind == "token" else operator
+            if kind not in ("token", "operator") or secret is None:
+                log.warning("refused opsarena done for %s: no such proof", name)
+                continue
+            if not proof_holds(proof, secret, self.match_id, name):
+                log.warning("refused opsarena done for %s: the proof does not hold", name)
+                continue
+            by = str(event.data.get("by") or "a person")
+            if kind == "operator":
+                by = f"{by} (operator)"
+            await self.emit(CompetitorDone(territory=name, by=by))
+            territory.ctx.params["done_by"] = by
+            territory.ctx.done.set()
 
     async def _watch_disks(self) -> None:
         """Every `DISK_CHECK_S`, freeze the disk of any host over the quota: a

@@ -198,6 +198,19 @@ class CompetitorDone(EventData):
     by: str | None = None
 
 
+class DoneRequested(EventData):
+    """`opsarena done` asks for `territory` to be declared done. `proof` is an HMAC of
+    the request keyed by the territory's done token (`proof_kind` "token") or by the
+    operator key ("operator"); the controller logs `competitor_done` only when it holds.
+    A request changes nothing in the record by itself."""
+
+    event_type: ClassVar[str] = "done_requested"
+    territory: str
+    by: str | None = None
+    proof: str
+    proof_kind: Literal["token", "operator"]
+
+
 class FinalVerification(EventData):
     event_type: ClassVar[str] = "final_verification"
     territory: str
@@ -297,6 +310,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
         AgentTranscript,
         AgentEnded,
         CompetitorDone,
+        DoneRequested,
         FinalVerification,
         LedgerUpdated,
         JudgingStopped,

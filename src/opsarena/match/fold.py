@@ -25,6 +25,7 @@ from opsarena.match.events import (
     AttemptStarted,
     CompetitorDone,
     DiskQuotaExceeded,
+    DoneRequested,
     Event,
     FaultInjected,
     FinalVerification,
@@ -125,6 +126,12 @@ class RecordFolder:
         if event.seq != self._seq + 1:
             raise EventLogError(f"expected seq {self._seq + 1}: the log has a gap")
         self._seq = event.seq
+        if isinstance(data, DoneRequested):
+            # Written by `opsarena done` in another process, checked by the controller: a
+            # request (true, false, late or early) never changes the record itself.
+            if rec.match_state == "running":
+                rec.last_sequence = event.seq
+            return
         if isinstance(data, CompetitorDone) and rec.match_state != "running":
             # `opsarena done` runs in another process and can race the match's end (or come
             # before its start): too late or too early, it changes nothing, even after close.
