@@ -35,7 +35,6 @@ import platformdirs
 from opsarena.errors import HostBootError, HostUnavailableError
 from opsarena.hosts.process import run_process
 
-DEFAULT_DISK_MB = 1024
 SERVER_START_TIMEOUT = 15.0
 _MOUNT_TIMEOUT = 30.0
 
@@ -89,6 +88,10 @@ class PowerDisk:
     @property
     def upper(self) -> Path:
         return self.fs / "upper"
+
+    @property
+    def match_id(self) -> str:
+        return self._read("match")
 
     def exists(self) -> bool:
         return self.dir.is_dir()
@@ -173,7 +176,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def create(disk: PowerDisk, *, size_mb: int, lowerdirs: list[str]) -> None:
+async def create(
+    disk: PowerDisk, *, size_mb: int, lowerdirs: list[str], match_id: str = ""
+) -> None:
     """Make, serve and mount a new disk of `size_mb` MiB whose overlay lies over
     `lowerdirs` (topmost first). Raises `HostBootError` or `HostUnavailableError`; a
     half-made disk is destroyed first."""
@@ -185,6 +190,7 @@ async def create(disk: PowerDisk, *, size_mb: int, lowerdirs: list[str]) -> None
         disk.fs.mkdir()
         disk.root.mkdir()
         (disk.dir / "lowerdir").write_text(":".join(lowerdirs))
+        (disk.dir / "match").write_text(match_id)
         os.truncate(_created(disk.backing), size_mb * 1024 * 1024)
         # Made on the plain backing file, before the server runs: fast, and durable.
         await _run(
