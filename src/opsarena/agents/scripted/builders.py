@@ -90,6 +90,10 @@ class RecordsServiceBuilder(ScriptedBuilder):
     storage: ClassVar[Storage] = "disk"
     health_body: ClassVar[str] = "ready"
     enable: ClassVar[bool] = True
+    durability: ClassVar[str] = "full"
+    """The server's `--durability` mode (see `records_server.py`)."""
+    restart: ClassVar[bool] = True
+    """Whether the unit has `Restart=always`."""
 
     async def deploy(
         self, host: Host, target: ServiceTarget, *, wait_seconds: float
@@ -103,6 +107,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
             storage=self.storage,
             health_body=self.health_body,
             builder=self.name,
+            durability=self.durability,
+            restart=self.restart,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(

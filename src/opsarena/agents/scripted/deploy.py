@@ -87,7 +87,12 @@ def service_target(params: Mapping[str, Any]) -> ServiceTarget:
 
 
 def records_server_command(
-    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str
+    target: ServiceTarget,
+    script_path: str,
+    *,
+    storage: Storage,
+    health_body: str,
+    durability: str = "full",
 ) -> str:
     """The `ExecStart=` line running the shared records server with these choices."""
     argv = ["/usr/bin/python3", script_path, "--port", str(target.port)]
@@ -96,16 +101,26 @@ def records_server_command(
     else:
         base = target.state_dir if storage == "disk" else target.runtime_dir
         argv += ["--storage", f"{base}/records"]
+        if durability != "full":
+            argv += ["--durability", durability]
     argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
     # systemd splits ExecStart= much like a POSIX shell does for quoted words.
     return shlex.join(argv)
 
 
 def records_unit(
-    target: ServiceTarget, script_path: str, *, storage: Storage, health_body: str, builder: str
+    target: ServiceTarget,
+    script_path: str,
+    *,
+    storage: Storage,
+    health_body: str,
+    builder: str,
+    durability: str = "full",
+    restart: bool = True,
 ) -> str:
-    """The unit file of a Python records service (always `Restart=always`, installable
-    into multi-user.target; whether it is enabled is the builder's choice)."""
+    """The unit file of a Python records service (`Restart=always` unless `restart` is
+    false, installable into multi-user.target; whether it is enabled is the builder's
+    choice). `durability` is the server's `--durability` mode."""
     directories = {
         "disk": f"StateDirectory={target.stem}\n",
         # Kept across restarts (the default removes it when the service stops), and
@@ -114,8 +129,9 @@ def records_unit(
         "memory": "",
     }[storage]
     exec_start = records_server_command(
-        target, script_path, storage=storage, health_body=health_body
+        target, script_path, storage=storage, health_body=health_body, durability=durability
     )
+    restart_lines = "Restart=always\nRestartSec=200ms\n" if restart else "Restart=no\n"
     return (
         "[Unit]\n"
         f"Description=records service (opsarena scripted builder {builder})\n\n"
@@ -124,8 +140,7 @@ def records_unit(
         f"User={target.stem}\n"
         f"{directories}"
         f"ExecStart={exec_start}\n"
-        "Restart=always\n"
-        "RestartSec=200ms\n\n"
+        f"{restart_lines}\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )

@@ -12,20 +12,20 @@ from opsarena.agents.scripted.builders import (
     WebdavBuilder,
     WrongHealthBuilder,
 )
+from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
 from opsarena.errors import UnknownBuilderError
 
-_BUILDERS: dict[str, type[ScriptedBuilder]] = {
-    builder.name: builder
-    for builder in (
-        ReferenceBuilder,
-        WebdavBuilder,
-        InMemoryBuilder,
-        VolatileBuilder,
-        NotEnabledBuilder,
-        WrongHealthBuilder,
-        IdleBuilder,
-    )
-}
+_ALL: tuple[type[ScriptedBuilder], ...] = (
+    ReferenceBuilder,
+    WebdavBuilder,
+    InMemoryBuilder,
+    VolatileBuilder,
+    NotEnabledBuilder,
+    WrongHealthBuilder,
+    IdleBuilder,
+    *DURABILITY_BUILDERS,
+)
+_BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
 
 def scripted_names() -> list[str]:
