@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,43 @@ async def test_a_host_removed_during_a_fault_never_comes_back(
             await driver.get(host.name)
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
+
+
+async def test_cleanup_sweeps_runtime_containers_and_disks_podman_forgot(
+    driver: HostDriver, tmp_path: Path
+) -> None:
+    if driver.name != "podman":
+        pytest.skip("the runtime sweep is the podman driver's")
+    match_id = new_match_id("sweep")
+    host = await make_host(driver, match_id, power_cut=True, disk_mb=128)
+    # Podman forgets the host (as after the race seen on main) but its disk stays.
+    subprocess.run(["podman", "rm", "--force", "--time", "0", host.name], check=True,
+                   capture_output=True)  # fmt: skip
+    assert PowerDisk.of(host.name).exists()
+    # A runc container annotated as the match's, which podman never knew.
+    layer = json.loads(subprocess.run(
+        ["podman", "image", "inspect", "--format", "json", TEST_IMAGE],
+        check=True, capture_output=True, text=True,
+    ).stdout)[0]["GraphDriver"]["Data"]["UpperDir"]  # fmt: skip
+    spec = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["/bin/sleep", "1000"], "cwd": "/", "user": {"uid": 0, "gid": 0}},
+        "root": {"path": layer, "readonly": True},
+        "annotations": {"opsarena.match": match_id},
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "network"}]},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(spec))
+    orphan = f"opsarena-orphan-{match_id}"
+    subprocess.run(
+        ["runc", "--root", "/run/runc", "run", "--detach", "--bundle", str(tmp_path), orphan],
+        check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, timeout=30,
+    )  # fmt: skip
+    assert orphan in runc_ids()
+
+    swept = await driver.cleanup(match_id=match_id)
+
+    assert orphan not in runc_ids()
+    assert not PowerDisk.of(host.name).exists()
+    assert f"disk:{host.name}" in swept and f"runc:{orphan[:12]}" in swept

@@ -12,6 +12,7 @@ at the arena's own hard limits (raising them needs CAP_SYS_RESOURCE).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import os
@@ -58,6 +59,8 @@ LABEL_TERRITORY = "opsarena.territory"
 LABEL_DISK = "opsarena.disk"
 """`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`)."""
 LABEL_IMAGE = "opsarena.image"
+RUNC_ROOT = "/run/runc"
+"""Where runc keeps its containers' state for podman run as root."""
 PODMAN_TIMEOUT = 30.0
 # Ceilings for the hosts' ulimits. Podman's defaults (1048576) exceed the hard limits
 # of an unprivileged arena, and conmon may run with a lower NPROC hard limit than the
@@ -645,6 +648,9 @@ class PodmanDriver(HostDriver):
             "--label", f"{LABEL_MATCH}={spec.match_id}",
             "--label", f"{LABEL_TERRITORY}={spec.territory}",
             "--label", f"{LABEL_IMAGE}={spec.image}", *disk_labels,
+            # The runtime's own record names the match too, so that `cleanup` finds a
+            # container podman has forgotten (see `sweep_runtime`).
+            "--annotation", f"{LABEL_MATCH}={spec.match_id}",
             "--network", "none", "--systemd", "always",
             "--cpus", f"{spec.cpus:g}", "--memory", f"{spec.memory_mb}m",
             "--memory-swap", f"{spec.memory_mb}m", "--pids-limit", str(spec.pids_limit),
@@ -665,6 +671,42 @@ class PodmanDriver(HostDriver):
                     await powerdisk.destroy(disk)
             raise
         return host
+
+    async def cleanup(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Remove the hosts podman knows, then sweep what outlived podman's knowledge:
+        runtime containers and power-cut disks of hosts podman no longer has."""
+        removed = await super().cleanup(match_id=match_id)
+        return removed + await self.sweep_runtime(match_id=match_id)
+
+    async def sweep_runtime(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Kill and delete runc containers annotated as ours that podman has forgotten,
+        and destroy power-cut disks whose host podman no longer has; return what went."""
+        known = set(
+            (await self.podman.check("ps", "--all", "--no-trunc", "--format", "{{.ID}}")).split()
+        )
+        names = set((await self.podman.check("ps", "--all", "--format", "{{.Names}}")).split())
+        swept: list[str] = []
+        runc = shutil.which("runc")
+        if runc is not None:
+            listed = await run_process(
+                [runc, "--root", RUNC_ROOT, "list", "--format", "json"], timeout=PODMAN_TIMEOUT
+            )
+            for row in json.loads(listed.stdout or b"null") or []:
+                annotations = row.get("annotations") or {}
+                ours = annotations.get(LABEL_MATCH)
+                if ours is None or row["id"] in known or match_id not in (None, ours):
+                    continue
+                for argv in (["kill", row["id"], "KILL"], ["delete", "--force", row["id"]]):
+                    await run_process([runc, "--root", RUNC_ROOT, *argv], timeout=PODMAN_TIMEOUT)
+                swept.append(f"runc:{row['id'][:12]}")
+        for disk in powerdisk.all_disks():
+            if disk.dir.name in names or match_id not in (None, disk.match_id):
+                continue
+            disk.mark_removed()
+            async with powerdisk.locked(disk):
+                await powerdisk.destroy(disk)
+            swept.append(f"disk:{disk.dir.name}")
+        return swept
 
     async def get(self, name: str) -> Host:
         host = PodmanHost(self.podman, name, "", "")

@@ -37,6 +37,8 @@ from opsarena.hosts.process import run_process
 
 SERVER_START_TIMEOUT = 15.0
 _MOUNT_TIMEOUT = 30.0
+LOOP_RELEASE_POLLS = 1500
+"""Polls, 10 ms apart, for a detached loop device to be released."""
 
 
 def disks_root() -> Path:
@@ -245,12 +247,13 @@ def _mounted(path: Path) -> bool:
         return any(line.split()[4] == target for line in mountinfo)
 
 
-async def _umount(path: Path, what: str) -> None:
+async def _umount(path: Path, what: str, *, lazy_at_last: bool = False) -> None:
     last = ""
-    for _attempt in range(50):
+    for attempt in range(60):
         if not _mounted(path):
             return
-        result = await run_process(["umount", str(path)], timeout=_MOUNT_TIMEOUT)
+        lazy = ["--lazy"] if lazy_at_last and attempt == 59 else []
+        result = await run_process(["umount", *lazy, str(path)], timeout=_MOUNT_TIMEOUT)
         if result.returncode == 0:
             return
         last = _last_line(result.stderr)
@@ -268,6 +271,17 @@ async def detach(disk: PowerDisk) -> None:
         result = await run_process(["losetup", "--detach", loop], timeout=_MOUNT_TIMEOUT)
         if result.returncode != 0 and b"No such device" not in result.stderr:
             raise HostUnavailableError(f"cannot detach {loop}: {_last_line(result.stderr)}")
+        # Never mount the image again while an old loop device still serves it: two
+        # live ext4 instances on one image would corrupt it. A container being created
+        # elsewhere holds a copy of this machine's mounts for a moment (until its
+        # pivot_root), and with it the old ext4: wait for that to pass.
+        bound = Path("/sys/block") / Path(loop).name / "loop"
+        for _ in range(LOOP_RELEASE_POLLS):
+            if not bound.exists():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise HostUnavailableError(f"{loop} is still in use after its filesystem was unmounted")
         (disk.dir / "loop").unlink()
 
 
@@ -287,7 +301,9 @@ async def destroy(disk: PowerDisk) -> None:
     with contextlib.suppress(HostUnavailableError):
         await detach(disk)
     pid_text = disk._read("server.pid")
-    await _umount(disk.fuse_dir, "the power-cut disk's server")
+    # The server's own mount: lazily at last (a namespace of a dying container may
+    # still hold it); the server exits once nothing does.
+    await _umount(disk.fuse_dir, "the power-cut disk's server", lazy_at_last=True)
     if pid_text:
         pid = int(pid_text)
         for _ in range(200):
