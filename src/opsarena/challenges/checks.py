@@ -18,7 +18,7 @@ from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
 
 Outcome = Literal["passed", "failed", "referee_error"]
-FaultKind = Literal["restart", "reboot"]
+FaultKind = Literal["restart", "reboot", "crash", "power-cut"]
 
 VERIFICATION_FAILED = "verification_failed"
 """`failure_category` of a failure that is the competitor's (the seed record's word)."""

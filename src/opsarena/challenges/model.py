@@ -69,6 +69,10 @@ class Challenge(BaseModel):
     cadence_s: Annotated[float, Field(ge=0.1, le=60)] = 1.0
     feedback: bool = True
     checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] = BUILTIN_CHECKS_MODULE
+    faults: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = []
+    """Faults beyond restart and reboot that the milestones inject (`service-crash`,
+    `power-cut`): the host driver must support each (else the match is refused before
+    it starts), and `power-cut` gives every host a disk that can lose power."""
     milestones: Annotated[list[Milestone], Field(min_length=1)]
 
     @field_validator("brief")

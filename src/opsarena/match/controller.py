@@ -26,7 +26,7 @@ from opsarena.agents.competitors import Competitor
 from opsarena.agents.spec import AgentSettings, AgentSpec, preflight_agent
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, MatchError, OpsArenaError
-from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.hosts import FAULT_POWER_CUT, Host, HostDriver, HostInfo, HostSpec, get_driver
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -262,7 +262,13 @@ class Controller:
 
     async def _provision_one(self, name: str) -> str | None:
         await self.emit(HostProvisioning(territory=name))
-        spec = HostSpec(match_id=self.match_id, territory=name, image=self.plan.challenge.image)
+        challenge = self.plan.challenge
+        spec = HostSpec(
+            match_id=self.match_id,
+            territory=name,
+            image=challenge.image,
+            power_cut=FAULT_POWER_CUT in challenge.faults,
+        )
         started = time.monotonic()
         try:
             host = await self.driver.create(spec, boot_timeout=self.plan.provision_timeout_s)
@@ -287,6 +293,12 @@ class Controller:
 
     async def _provision_and_preflight(self) -> str | None:
         """Provision every host in parallel, then preflight each; the first problem, if any."""
+        lacking = sorted(set(self.plan.challenge.faults) - self.driver.faults)
+        if lacking:
+            return (
+                f"challenge {self.plan.challenge.name} needs the fault(s) {', '.join(lacking)}, "
+                f"which host driver {self.driver.name} does not support"
+            )
         names = list(self._territories)
         problems = await asyncio.gather(*(self._provision_one(n) for n in names))
         failures = [p for p in problems if p]

@@ -130,7 +130,7 @@ class FaultInjected(EventData):
     territory: str
     milestone: str
     attempt: int
-    fault: Literal["restart", "reboot"]
+    fault: Literal["restart", "reboot", "crash", "power-cut"]
     ok: bool
     detail: str | None = None
     duration_ms: int = 0

@@ -29,10 +29,15 @@ from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_r
 HEALTH_PATH = "/health"
 HEALTH_BODY = b"ready"
 READY_POLL_S = 0.1
-FAULT_TIMEOUT_S = {"restart": 30.0, "reboot": 90.0}
+FAULT_TIMEOUT_S = {"restart": 30.0, "reboot": 90.0, "crash": 10.0, "power-cut": 90.0}
 """Bounds for the faults themselves (separate from the readiness budget after them)."""
 
-_AFTER = {"restart": "after the restart", "reboot": "after the reboot"}
+_AFTER = {
+    "restart": "after the restart",
+    "reboot": "after the reboot",
+    "crash": "after the crash",
+    "power-cut": "after the power cut",
+}
 
 
 class Decided(Exception):
@@ -339,3 +344,17 @@ async def check_restart_durability(host: Host, ctx: CheckContext) -> Verdict:
 async def check_reboot_durability(host: Host, ctx: CheckContext) -> Verdict:
     """As restart-durability, around a reboot of the host. Evidence: `"reboot": true`."""
     return await _durability(host, ctx, "reboot")
+
+
+@register_check("crash-durability")
+async def check_crash_durability(host: Host, ctx: CheckContext) -> Verdict:
+    """As restart-durability, around a crash of the unit (every process SIGKILLed;
+    systemd must restart it). Evidence: `"crash": true`."""
+    return await _durability(host, ctx, "crash")
+
+
+@register_check("power-cut-durability")
+async def check_power_cut_durability(host: Host, ctx: CheckContext) -> Verdict:
+    """As reboot-durability, around a power cut (un-synced writes may be lost).
+    Evidence: `"power-cut": true`."""
+    return await _durability(host, ctx, "power-cut")

@@ -385,16 +385,23 @@ class Referee:
         host = self._state(territory).host
         unit = self.challenge.unit
         ids = {"territory": territory, "milestone": milestone, "attempt": attempt, "fault": kind}
-        if kind == "reboot":
+        boots_the_host = kind in ("reboot", "power-cut")
+        if boots_the_host:
             await self.emit("host_state", {"territory": territory, "state": "rebooting"})
         started = time.monotonic()
         try:
             if kind == "restart":
                 pid = await host.restart_service(unit, timeout=FAULT_TIMEOUT_S["restart"])
                 detail = f"{unit} restarted; its new main PID is {pid}"
+            elif kind == "crash":
+                pid = await host.crash_service(unit, timeout=FAULT_TIMEOUT_S["crash"])
+                detail = f"{unit} killed; systemd restarted it, new main PID {pid}"
             else:
                 boots = host.boots
-                await host.reboot(timeout=FAULT_TIMEOUT_S["reboot"])
+                if kind == "power-cut":
+                    await host.power_cut(timeout=FAULT_TIMEOUT_S["power-cut"])
+                else:
+                    await host.reboot(timeout=FAULT_TIMEOUT_S["reboot"])
                 if host.boots != boots + 1:
                     raise HostBootError(
                         f"{host.name} reported no new boot after the reboot "
@@ -412,7 +419,7 @@ class Referee:
                     "duration_ms": duration_ms,
                 },
             )
-            if kind == "reboot":
+            if boots_the_host:
                 await self.emit(
                     "host_state",
                     {
@@ -425,7 +432,7 @@ class Referee:
         await self.emit(
             "fault_injected", {**ids, "ok": True, "detail": detail, "duration_ms": duration_ms}
         )
-        if kind == "reboot":
+        if boots_the_host:
             await self.emit("host_state", {"territory": territory, "state": "ready"})
         return duration_ms
 
