@@ -117,12 +117,20 @@ class RecordsServiceBuilder(ScriptedBuilder):
         )
 
     def describe(self, target: ServiceTarget) -> str:
+        how = {
+            "full": "fsync + atomic rename + directory fsync",
+            "no-fsync": "written in place, never fsynced",
+            "no-dirsync": "fsync + rename, no directory fsync",
+            "ack-before-write": "acknowledged first, stored durably seconds later",
+        }[self.durability]
         where = {
-            "disk": f"files under {target.state_dir}/records (fsync + atomic rename)",
+            "disk": f"files under {target.state_dir}/records ({how})",
             "run": f"files under {target.runtime_dir}/records",
             "memory": "process memory",
         }[self.storage]
         started = "enabled and started" if self.enable else "started (not enabled)"
+        if not self.restart:
+            started += ", no Restart="
         return (
             f"{self.name}: stdlib Python records service on port {target.port}, "
             f"records in {where}, /health says {self.health_body!r}; {target.unit} {started}"

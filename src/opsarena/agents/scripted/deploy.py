@@ -226,6 +226,9 @@ def activation_script(target: ServiceTarget, *, enable: bool, wait_seconds: floa
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         "systemctl daemon-reload\n"
         f"systemctl {start} {target.unit}\n"
+        # What was installed is made durable, as a careful deployer does: a power cut
+        # must find the program, the unit and its enablement (crash-safe-records).
+        "sync\n"
         f"for _ in $(seq {attempts}); do\n"
         f"  curl -s -o /dev/null --max-time 1 {target.health_url} && exit 0\n"
         f"  systemctl is-failed --quiet {target.unit} && break\n"
