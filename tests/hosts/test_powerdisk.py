@@ -147,3 +147,27 @@ async def test_rename_without_directory_fsync_may_be_lost_but_data_fsync_is_kept
     names = sorted(p.name for p in root.iterdir() if p.name in ("tmp", "final"))
     assert len(names) == 1
     assert (root / names[0]).read_bytes() == b"payload\n"
+
+
+async def test_a_handle_opened_before_the_cut_never_writes_again(
+    disk: powerdisk.PowerDisk,
+) -> None:
+    """A kernel may hold the old filesystem (and its loop device) for a while after the
+    cut; whatever it writes through its old handle must never reach the disk, even
+    after the power came back."""
+    old = os.open(disk.served, os.O_RDWR)
+    try:
+        offset = os.fstat(old).st_size - 4096  # the last block: free on a fresh ext4
+        before = os.pread(old, 4096, offset)
+        await powerdisk.control(disk, "cut")
+        await powerdisk.power_cycle(disk)
+        os.pwrite(old, b"z" * 4096, offset)
+        os.fsync(old)
+        new = os.open(disk.served, os.O_RDONLY)
+        try:
+            assert os.pread(new, 4096, offset) == before
+        finally:
+            os.close(new)
+    finally:
+        os.close(old)
+    assert (disk.root / "from-image").read_bytes() == b"image layer\n"

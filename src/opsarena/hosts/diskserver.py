@@ -8,7 +8,9 @@ writes the cache to the backing file. A read sees the cache over the backing fil
 
 The control socket (a Unix socket at CONTROL, one command per connection) takes:
 - `cut`: power fails. The cache is dropped and every later write is acknowledged and
-  discarded, as by a disk that has lost power, until `on`.
+  discarded, as by a disk that has lost power, until `on`; writes through a handle
+  opened before the cut are discarded for ever (the machine that wrote them is dead,
+  even if the kernel still holds its filesystem for a while).
 - `on`: power is back; writes are cached again.
 - `ping`: answers `ok` (the server is up and the file is served).
 - `stats`: one JSON line (cached blocks, flushes, writes discarded, power state).
@@ -52,6 +54,16 @@ class WriteCache:
         self.lock = threading.Lock()
         self.flushes = 0
         self.discarded = 0
+        self.next_handle = 1
+        self.dead_below = 0
+        """Handles opened before the last cut: their writes and flushes are discarded
+        forever (a kernel that still holds the old filesystem must never write it)."""
+
+    def open_handle(self) -> int:
+        with self.lock:
+            handle = self.next_handle
+            self.next_handle += 1
+            return handle
 
     def _block(self, index: int) -> bytearray:
         cached = self.blocks.get(index)
@@ -60,9 +72,9 @@ class WriteCache:
             self.blocks[index] = cached
         return cached
 
-    def write(self, data: bytes, offset: int) -> int:
+    def write(self, data: bytes, offset: int, handle: int) -> int:
         with self.lock:
-            if not self.powered:
+            if not self.powered or handle < self.dead_below:
                 self.discarded += 1
                 return len(data)
             end = min(offset + len(data), self.size)
@@ -103,15 +115,16 @@ class WriteCache:
         self.blocks.clear()
         self.flushes += 1
 
-    def flush(self) -> None:
+    def flush(self, handle: int) -> None:
         with self.lock:
-            if self.powered:
+            if self.powered and handle >= self.dead_below:
                 self._flush()
 
     def cut(self) -> None:
         with self.lock:
             self.blocks.clear()
             self.powered = False
+            self.dead_below = self.next_handle
 
     def power_on(self) -> None:
         with self.lock:
@@ -157,16 +170,17 @@ class DiskFS(mfusepy.Operations):  # type: ignore[misc]
         if path != "/" + DISK_NAME:
             raise mfusepy.FuseOSError(errno.ENOENT)
         fi.direct_io = 1
+        fi.fh = self.cache.open_handle()
         return 0
 
     def read(self, path: str, size: int, offset: int, fh: Any) -> bytes:
         return self.cache.read(size, offset)
 
     def write(self, path: str, data: bytes, offset: int, fh: Any) -> int:
-        return self.cache.write(data, offset)
+        return self.cache.write(data, offset, int(fh.fh))
 
     def fsync(self, path: str, datasync: int, fh: Any) -> int:
-        self.cache.flush()
+        self.cache.flush(int(fh.fh))
         return 0
 
     def flush(self, path: str, fh: Any) -> int:

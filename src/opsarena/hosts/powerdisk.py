@@ -37,8 +37,6 @@ from opsarena.hosts.process import run_process
 
 SERVER_START_TIMEOUT = 15.0
 _MOUNT_TIMEOUT = 30.0
-LOOP_RELEASE_POLLS = 1500
-"""Polls, 10 ms apart, for a detached loop device to be released."""
 
 
 def disks_root() -> Path:
@@ -201,14 +199,22 @@ async def create(
             str(disk.backing), what="making the power-cut disk's filesystem", timeout=60.0,
         )  # fmt: skip
         await _serve(disk)
-        await attach(disk)
-        disk.upper.mkdir(exist_ok=True)
-        (disk.fs / "work").mkdir(exist_ok=True)
-        await _mount_overlay(disk)
+        await attach(disk)  # and the overlay on it
     except BaseException:
         with contextlib.suppress(Exception):
             await destroy(disk)
         raise
+
+
+def _make_layer_dirs(disk: PowerDisk) -> None:
+    """The overlay's upper and work directories, durably (a cut must not take them)."""
+    disk.upper.mkdir(exist_ok=True)
+    (disk.fs / "work").mkdir(exist_ok=True)
+    fd = os.open(disk.fs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _created(path: Path) -> Path:
@@ -224,15 +230,18 @@ async def _serve(disk: PowerDisk) -> None:
 
 
 async def attach(disk: PowerDisk) -> None:
-    """Attach the loop device and mount the ext4 (replaying its journal after a cut)."""
+    """Attach the loop device, mount the ext4 (replaying its journal after a cut) and
+    the host's root overlay on it."""
     loop = await _run(
         "losetup", "--find", "--show", str(disk.served), what="attaching the power-cut disk"
     )
     (disk.dir / "loop").write_text(loop)
     await _run("mount", "-t", "ext4", "-o", "noatime", loop, str(disk.fs),
                what="mounting the power-cut disk")  # fmt: skip
-    if disk.upper.is_dir():
-        await _mount_overlay(disk)
+    if not (disk.dir / "lowerdir").read_text():
+        return
+    await asyncio.to_thread(_make_layer_dirs, disk)
+    await _mount_overlay(disk)
 
 
 async def _mount_overlay(disk: PowerDisk) -> None:
@@ -271,17 +280,10 @@ async def detach(disk: PowerDisk) -> None:
         result = await run_process(["losetup", "--detach", loop], timeout=_MOUNT_TIMEOUT)
         if result.returncode != 0 and b"No such device" not in result.stderr:
             raise HostUnavailableError(f"cannot detach {loop}: {_last_line(result.stderr)}")
-        # Never mount the image again while an old loop device still serves it: two
-        # live ext4 instances on one image would corrupt it. A container being created
-        # elsewhere holds a copy of this machine's mounts for a moment (until its
-        # pivot_root), and with it the old ext4: wait for that to pass.
-        bound = Path("/sys/block") / Path(loop).name / "loop"
-        for _ in range(LOOP_RELEASE_POLLS):
-            if not bound.exists():
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise HostUnavailableError(f"{loop} is still in use after its filesystem was unmounted")
+        # The kernel may release the old loop device later (a container being created
+        # elsewhere holds a copy of every mount until its pivot_root): the server
+        # discards every write through the old handle for ever, and the next attach
+        # takes a new loop device, hence a new ext4 instance that replays the journal.
         (disk.dir / "loop").unlink()
 
 
