@@ -232,6 +232,8 @@ class PodmanHost(Host):
         self._boot_id: int | None = None
         self._frozen = False
         self._rebooting = False
+        self.last_crash_restart_ms: int | None = None
+        """Milliseconds from the last `crash_service` kill to the new main process."""
 
     @property
     def boots(self) -> int:
@@ -526,6 +528,7 @@ class PodmanHost(Host):
             crash.require_alive(pid, boot)
             found = await asyncio.to_thread(crash.new_process, cgroup, victims, pid)
             if found is not None:
+                self.last_crash_restart_ms = int((time.monotonic() - killed_at) * 1000)
                 return await asyncio.to_thread(crash.namespace_pid, found.pid)
             if time.monotonic() - killed_at >= timeout:
                 raise ServiceNotRestartedError(
