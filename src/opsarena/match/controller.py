@@ -221,10 +221,17 @@ class Controller:
                 await self.driver.cleanup(match_id=self.match_id)
 
     async def prepare(self) -> None:
-        """Build every agent and run its preflight (endpoint reachable, program found)
-        before anything is made. Raises the agent's one-line `OpsArenaError`. Idempotent."""
+        """Refuse a challenge whose faults the driver lacks, build every agent and run its
+        preflight (endpoint reachable, program found) before anything is made. Raises a
+        one-line `OpsArenaError`. Idempotent."""
         if self._territories:
             return
+        lacking = sorted(set(self.plan.challenge.faults) - self.driver.faults)
+        if lacking:
+            raise MatchError(
+                f"challenge {self.plan.challenge.name} needs the fault(s) {', '.join(lacking)}, "
+                f"which host driver {self.driver.name} does not support"
+            )
         built = {c.territory: _Territory(c, c.build()) for c in self.plan.competitors}
         for territory in built.values():
             assert territory.agent is not None
@@ -293,12 +300,6 @@ class Controller:
 
     async def _provision_and_preflight(self) -> str | None:
         """Provision every host in parallel, then preflight each; the first problem, if any."""
-        lacking = sorted(set(self.plan.challenge.faults) - self.driver.faults)
-        if lacking:
-            return (
-                f"challenge {self.plan.challenge.name} needs the fault(s) {', '.join(lacking)}, "
-                f"which host driver {self.driver.name} does not support"
-            )
         names = list(self._territories)
         problems = await asyncio.gather(*(self._provision_one(n) for n in names))
         failures = [p for p in problems if p]
