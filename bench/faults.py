@@ -1,6 +1,6 @@
 """Measure the crash and power-cut faults, for docs/PERFORMANCE.md.
 
-Usage: python bench/faults.py [--runs N] [--trials N] [--out PATH]
+Usage: python bench/faults.py [--runs N] [--trials N] [--out PATH] [--only STEP]
 
 1. Provision of a power-cut-capable host (`HostSpec(power_cut=True)`) vs an ordinary
    one, N each.
@@ -161,6 +161,7 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
+    parser.add_argument("--only", choices=["provision", "faults", "put_latency", "loss"])
     args = parser.parse_args()
     driver = get_driver("podman")
     match_id = f"bench{secrets.token_hex(3)}"
@@ -169,13 +170,16 @@ async def main() -> None:
         "load_average_start": os.getloadavg(),
     }
     try:
-        for name, step in (
-            ("provision", provision(driver, match_id, args.runs)),
-            ("faults", fault_times(driver, match_id, args.runs)),
-            ("put_latency", put_latency(driver, match_id, 50)),
-            ("loss", loss_rates(driver, match_id, args.trials)),
-        ):
-            results[name] = await step
+        steps = {
+            "provision": lambda: provision(driver, match_id, args.runs),
+            "faults": lambda: fault_times(driver, match_id, args.runs),
+            "put_latency": lambda: put_latency(driver, match_id, 50),
+            "loss": lambda: loss_rates(driver, match_id, args.trials),
+        }
+        for name, step in steps.items():
+            if args.only not in (None, name):
+                continue
+            results[name] = await step()
             print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
     finally:
         await driver.cleanup(match_id=match_id)
