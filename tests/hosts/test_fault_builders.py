@@ -126,7 +126,7 @@ async def test_ack_before_write_survives_a_restart_and_loses_records_to_a_crash(
         await host.restart_service(TARGET.unit)  # SIGTERM: it stores what it holds
         assert set((await read_back(host, first)).values()) == {"ok"}
 
-        second = batch("crash")
+        second = batch("crash", 3)  # few, so the crash comes well within the 5 s delay
         await put_all(host, second)
         await host.crash_service(TARGET.unit)  # SIGKILL within the persist delay
         fates = await read_back(host, first | second)
