@@ -57,6 +57,17 @@ class ServiceRestartError(HostError):
     """`systemctl restart` did not produce a new main process within the bound."""
 
 
+class ServiceNotRestartedError(ServiceRestartError):
+    """After the arena killed a unit (`Host.crash_service`), systemd did not start a new
+    main process within the bound: the unit does not restart itself after a crash
+    (no `Restart=`), the competitor's fault."""
+
+
+class FaultUnsupportedError(HostError):
+    """The host (its driver, or the way it was created) cannot undergo the fault asked
+    for: e.g. a power cut on a host created without a power-cut disk."""
+
+
 class StoreError(OpsArenaError):
     """The event log cannot be used: the file is not an opsarena event log, was written by
     a newer opsarena, or cannot be opened."""

@@ -3,6 +3,8 @@
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_POWER_CUT,
+    FAULT_SERVICE_CRASH,
     ExecResult,
     Host,
     HostDriver,
@@ -16,6 +18,8 @@ __all__ = [
     "DEFAULT_FILE_LIMIT",
     "DEFAULT_IMAGE",
     "DEFAULT_OUTPUT_LIMIT",
+    "FAULT_POWER_CUT",
+    "FAULT_SERVICE_CRASH",
     "ExecResult",
     "Host",
     "HostDriver",

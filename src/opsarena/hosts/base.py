@@ -14,7 +14,7 @@ import builtins
 import contextlib
 from dataclasses import dataclass, field
 
-from opsarena.errors import HostNotFoundError
+from opsarena.errors import FaultUnsupportedError, HostNotFoundError
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 """Bytes kept per output stream of `Host.exec` unless the caller asks otherwise."""
@@ -24,6 +24,15 @@ DEFAULT_FILE_LIMIT = 100 * 1024 * 1024
 
 TIMEOUT_EXIT_CODE = 124
 """`ExecResult.exit_code` of a command killed because it ran past its timeout."""
+
+FAULT_SERVICE_CRASH = "crash"
+"""`Host.crash_service`: every process of a unit killed at once; systemd must restart it."""
+
+FAULT_POWER_CUT = "power-cut"
+"""`Host.power_cut`: every process dies and every write not made durable may be lost."""
+
+DEFAULT_DISK_MB = 1024
+"""Size of a power-cut-capable host's disk (it is also that host's exact disk quota)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,10 @@ class HostSpec:
     cpus: float = 1.0
     memory_mb: int = 512
     pids_limit: int = 1024
+    power_cut: bool = False
+    """Give the host a disk of its own that can lose power (`Host.power_cut`); such a
+    disk has exactly `disk_mb` MiB. Ordinary hosts (False) write to the driver's storage."""
+    disk_mb: int = DEFAULT_DISK_MB
 
 
 @dataclass(frozen=True)
@@ -177,6 +190,35 @@ class Host(abc.ABC):
         competitor that fills its disk fails alone instead of filling the machine.
         Raises `HostUnavailableError`."""
 
+    async def crash_service(self, unit: str, *, timeout: float = 10.0) -> int:
+        """Crash systemd `unit`: SIGKILL every process in its cgroup at once, from
+        outside the host, and return the host's pid of the new main process systemd
+        started by itself (the unit's own `Restart=`).
+
+        The kill is confirmed from outside (none of the old processes, by pid and start
+        time, is alive); the new process is one the host's init started in the unit's
+        cgroup. A write the service held only in memory is gone; one in a file is not.
+        Raises `UnitMissingError` for a name that is not a unit, `ServiceNotRunningError`
+        when the unit has no process to kill, `ServiceNotRestartedError` when no new
+        process appeared within `timeout` seconds of the kill (the competitor's fault),
+        `FaultUnsupportedError` when the driver lacks the fault.
+        """
+        raise FaultUnsupportedError(f"host {self.name} cannot crash a service")
+
+    async def power_cut(self, *, timeout: float = 60.0) -> None:
+        """Cut the host's power: every process dies at once, every write to its disk
+        not made durable (fsync/fdatasync/sync/O_SYNC of the file, and an fsync of the
+        directory for a create or rename) may be lost, writes made durable before the
+        cut never are; then the host boots and is ready, confirmed like `reboot` (new
+        init start time; `boots` grows by one). Raises `FaultUnsupportedError` for a
+        host created without `HostSpec.power_cut`, `HostBootError` when it is not ready
+        within `timeout` seconds, `HostNotFoundError` when it was removed meanwhile
+        (it then never boots again).
+        """
+        raise FaultUnsupportedError(
+            f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
+        )
+
     @abc.abstractmethod
     async def connect(
         self, port: int, *, timeout: float = 5.0
@@ -201,6 +243,8 @@ class HostDriver(abc.ABC):
 
     name: str
     faults: frozenset[str] = frozenset()
+    """The faults (`FAULT_*` names) this driver's hosts support; a challenge that needs
+    another one is refused before its match starts."""
 
     @abc.abstractmethod
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:

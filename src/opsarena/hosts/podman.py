@@ -12,6 +12,7 @@ at the arena's own hard limits (raising them needs CAP_SYS_RESOURCE).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Any
 
 from opsarena.errors import (
     DriverMissingError,
+    FaultUnsupportedError,
     HostBootError,
     HostDownError,
     HostError,
@@ -31,13 +33,17 @@ from opsarena.errors import (
     HostNotFoundError,
     HostUnavailableError,
     ImageMissingError,
+    ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
 )
+from opsarena.hosts import crash, powerdisk
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_POWER_CUT,
+    FAULT_SERVICE_CRASH,
     TIMEOUT_EXIT_CODE,
     ExecResult,
     Host,
@@ -50,6 +56,11 @@ from opsarena.hosts.process import ProcessResult, run_process
 
 LABEL_MATCH = "opsarena.match"
 LABEL_TERRITORY = "opsarena.territory"
+LABEL_DISK = "opsarena.disk"
+"""`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`)."""
+LABEL_IMAGE = "opsarena.image"
+RUNC_ROOT = "/run/runc"
+"""Where runc keeps its containers' state for podman run as root."""
 PODMAN_TIMEOUT = 30.0
 # Ceilings for the hosts' ulimits. Podman's defaults (1048576) exceed the hard limits
 # of an unprivileged arena, and conmon may run with a lower NPROC hard limit than the
@@ -203,8 +214,16 @@ def _init_start_time(pid: int) -> int | None:
 class PodmanHost(Host):
     """A podman container booted with systemd. See `Host` for the contract."""
 
-    def __init__(self, podman: Podman, name: str, match_id: str, territory: str) -> None:
+    def __init__(
+        self,
+        podman: Podman,
+        name: str,
+        match_id: str,
+        territory: str,
+        disk: powerdisk.PowerDisk | None = None,
+    ) -> None:
         self.podman = podman
+        self.disk = disk
         self.name = name
         self.match_id = match_id
         self.territory = territory
@@ -213,6 +232,8 @@ class PodmanHost(Host):
         self._boot_id: int | None = None
         self._frozen = False
         self._rebooting = False
+        self.last_crash_restart_ms: int | None = None
+        """Milliseconds from the last `crash_service` kill to the new main process."""
 
     @property
     def boots(self) -> int:
@@ -440,6 +461,8 @@ class PodmanHost(Host):
         # The container's writable overlay layer holds everything it wrote to disk.
         inspected = await self._inspect()
         upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
+        if self.disk is not None:
+            upper = str(self.disk.upper)
         if not upper:
             raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
         counted = await run_process(["du", "-sx", "-B1", upper], timeout=60.0, output_limit=4096)
@@ -479,6 +502,87 @@ class PodmanHost(Host):
             await asyncio.sleep(0.05)
         raise HostUnavailableError(f"cannot make the disk of {self.name} read-only: {last}")
 
+    async def crash_service(self, unit: str, *, timeout: float = 10.0) -> int:
+        name = crash.unit_name(unit)
+        pid = await self._init_pid()
+        boot = self._boot_id
+        host_cgroup, freezer = await asyncio.to_thread(crash.host_cgroups, pid)
+        cgroup = await asyncio.to_thread(crash.unit_cgroup, host_cgroup, name)
+        if cgroup is None:
+            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+        # As for restart_service: the arena's crashes must not push the unit over its
+        # start rate limit (the referee may crash it once a second). Asked inside the
+        # host's confinement; nothing it prints is used.
+        await self.exec(["systemctl", "reset-failed", "--", name], timeout=10.0)
+        victims = await asyncio.to_thread(crash.kill_unit, cgroup, freezer)
+        if not victims:
+            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+        killed_at = time.monotonic()
+        while not await asyncio.to_thread(crash.gone, victims):
+            if time.monotonic() - killed_at > 10.0:
+                raise HostUnavailableError(
+                    f"the processes of {name} in {self.name} survived SIGKILL"
+                )
+            await asyncio.sleep(0.005)
+        while True:
+            crash.require_alive(pid, boot)
+            found = await asyncio.to_thread(crash.new_process, cgroup, victims, pid)
+            if found is not None:
+                self.last_crash_restart_ms = int((time.monotonic() - killed_at) * 1000)
+                return await asyncio.to_thread(crash.namespace_pid, found.pid)
+            if time.monotonic() - killed_at >= timeout:
+                raise ServiceNotRestartedError(
+                    f"unit {name} in {self.name} was not restarted within {timeout:g}s of "
+                    "being killed (does it have Restart=?)"
+                )
+            await asyncio.sleep(0.01)
+
+    async def power_cut(self, *, timeout: float = 60.0) -> None:
+        disk = self.disk
+        if disk is None:
+            raise FaultUnsupportedError(
+                f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
+            )
+        deadline = time.monotonic() + timeout
+        try:
+            async with powerdisk.locked(disk):
+                await self._power_cut_locked(disk, deadline)
+        except FileNotFoundError:
+            raise HostNotFoundError(f"host {self.name} was removed during the power cut") from None
+        self._boots += 1
+        await self.wait_ready(max(1.0, deadline - time.monotonic()))
+        if self._frozen:
+            await self.freeze_disk()
+
+    async def _power_cut_locked(self, disk: powerdisk.PowerDisk, deadline: float) -> None:
+        if disk.removed or not disk.exists():
+            raise HostNotFoundError(f"host {self.name} is being removed")
+        pid = await self._init_pid()
+        old_boot = (pid, self._boot_id)
+        self._rebooting = True
+        try:
+            # Killing a PID namespace's init kills every process in it at once; the
+            # disk loses power right after, so nothing acknowledged later was durable.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await powerdisk.control(disk, "cut")
+            while (await self._inspect())["State"].get("Running"):
+                if time.monotonic() > deadline:
+                    raise HostBootError(f"{self.name} did not stop at the power cut")
+                await asyncio.sleep(0.01)
+            await powerdisk.power_cycle(disk)
+            if disk.removed:
+                raise HostNotFoundError(f"host {self.name} was removed during the power cut")
+            await self.podman.check(
+                "start", self.name, timeout=max(1.0, deadline - time.monotonic())
+            )
+            self._pid = 0
+            await self._init_pid()
+        finally:
+            self._rebooting = False
+        if (self._pid, self._boot_id) == old_boot:
+            raise HostBootError(f"{self.name} did not boot after the power cut")
+
     async def connect(
         self, port: int, *, timeout: float = 5.0
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -509,15 +613,31 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
-    faults = frozenset({"restart", "reboot"})
+    faults = frozenset({"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT})
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()
 
     def _host(self, name: str, labels: dict[str, str]) -> PodmanHost:
+        disk = powerdisk.PowerDisk.of(name) if labels.get(LABEL_DISK) == "power" else None
         return PodmanHost(
-            self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, "")
+            self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, ""), disk
         )
+
+    async def _image_layers(self, image: str) -> list[str]:
+        """The image's layer directories, topmost first (an overlay's lowerdir)."""
+        out = await self.podman.check("image", "inspect", "--format", "json", image)
+        data = (json.loads(out)[0].get("GraphDriver") or {}).get("Data") or {}
+        layers = [data["UpperDir"]] if data.get("UpperDir") else []
+        layers += [layer for layer in (data.get("LowerDir") or "").split(":") if layer]
+        return layers
+
+    async def _make_disk(self, spec: HostSpec, name: str) -> powerdisk.PowerDisk:
+        disk = powerdisk.PowerDisk.of(name)
+        await powerdisk.destroy(disk)  # a leftover of a host podman no longer has
+        layers = await self._image_layers(spec.image)
+        await powerdisk.create(disk, size_mb=spec.disk_mb, lowerdirs=layers, match_id=spec.match_id)
+        return disk
 
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
         name = self.host_name(spec.match_id, spec.territory)
@@ -527,18 +647,25 @@ class PodmanDriver(HostDriver):
             raise HostError(
                 f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
             )
+        disk = await self._make_disk(spec, name) if spec.power_cut else None
+        root = ["--rootfs", str(disk.root)] if disk else [spec.image]
+        disk_labels = ["--label", f"{LABEL_DISK}=power"] if disk else []
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
             "--label", f"{LABEL_MATCH}={spec.match_id}",
             "--label", f"{LABEL_TERRITORY}={spec.territory}",
+            "--label", f"{LABEL_IMAGE}={spec.image}", *disk_labels,
+            # The runtime's own record names the match too, so that `cleanup` finds a
+            # container podman has forgotten (see `sweep_runtime`).
+            "--annotation", f"{LABEL_MATCH}={spec.match_id}",
             "--network", "none", "--systemd", "always",
             "--cpus", f"{spec.cpus:g}", "--memory", f"{spec.memory_mb}m",
             "--memory-swap", f"{spec.memory_mb}m", "--pids-limit", str(spec.pids_limit),
             *self.podman.run_flags,
-            spec.image, "/sbin/init",
+            *root, "/sbin/init",
             timeout=boot_timeout,
         )  # fmt: skip
-        host = PodmanHost(self.podman, name, spec.match_id, spec.territory)
+        host = PodmanHost(self.podman, name, spec.match_id, spec.territory, disk)
         try:
             if result.returncode != 0:
                 raise HostBootError(f"host {name} did not start: {_last_line(result.stderr)}")
@@ -546,8 +673,47 @@ class PodmanDriver(HostDriver):
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.remove(name)
+            if disk is not None:
+                with contextlib.suppress(Exception):
+                    await powerdisk.destroy(disk)
             raise
         return host
+
+    async def cleanup(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Remove the hosts podman knows, then sweep what outlived podman's knowledge:
+        runtime containers and power-cut disks of hosts podman no longer has."""
+        removed = await super().cleanup(match_id=match_id)
+        return removed + await self.sweep_runtime(match_id=match_id)
+
+    async def sweep_runtime(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Kill and delete runc containers annotated as ours that podman has forgotten,
+        and destroy power-cut disks whose host podman no longer has; return what went."""
+        known = set(
+            (await self.podman.check("ps", "--all", "--no-trunc", "--format", "{{.ID}}")).split()
+        )
+        names = set((await self.podman.check("ps", "--all", "--format", "{{.Names}}")).split())
+        swept: list[str] = []
+        runc = shutil.which("runc")
+        if runc is not None:
+            listed = await run_process(
+                [runc, "--root", RUNC_ROOT, "list", "--format", "json"], timeout=PODMAN_TIMEOUT
+            )
+            for row in json.loads(listed.stdout or b"null") or []:
+                annotations = row.get("annotations") or {}
+                ours = annotations.get(LABEL_MATCH)
+                if ours is None or row["id"] in known or match_id not in (None, ours):
+                    continue
+                for argv in (["kill", row["id"], "KILL"], ["delete", "--force", row["id"]]):
+                    await run_process([runc, "--root", RUNC_ROOT, *argv], timeout=PODMAN_TIMEOUT)
+                swept.append(f"runc:{row['id'][:12]}")
+        for disk in powerdisk.all_disks():
+            if disk.dir.name in names or match_id not in (None, disk.match_id):
+                continue
+            disk.mark_removed()
+            async with powerdisk.locked(disk):
+                await powerdisk.destroy(disk)
+            swept.append(f"disk:{disk.dir.name}")
+        return swept
 
     async def get(self, name: str) -> Host:
         host = PodmanHost(self.podman, name, "", "")
@@ -569,7 +735,7 @@ class PodmanDriver(HostDriver):
                     name=row["Names"][0],
                     match_id=labels.get(LABEL_MATCH, ""),
                     territory=labels.get(LABEL_TERRITORY, ""),
-                    image=row.get("Image", ""),
+                    image=labels.get(LABEL_IMAGE) or row.get("Image", ""),
                     state=row.get("State", ""),
                     created=str(row.get("CreatedAt", "")),
                     labels=labels,
@@ -581,6 +747,19 @@ class PodmanDriver(HostDriver):
         # `rm --force` succeeds for a missing container, so ask first.
         if (await self.podman.run("container", "exists", name)).returncode == 1:
             raise HostNotFoundError(f"host {name} does not exist")
+        disk = powerdisk.PowerDisk.of(name)
+        if not disk.exists():
+            await self._rm(name)
+            return
+        # A power cut in flight checks the mark before it boots the host again, and
+        # holds the lock until it has: removing under the lock means it never comes back.
+        disk.mark_removed()
+        await self._rm(name)
+        async with powerdisk.locked(disk):
+            await self._rm(name)
+            await powerdisk.destroy(disk)
+
+    async def _rm(self, name: str) -> None:
         result = await self.podman.run("rm", "--force", "--time", "0", name, timeout=60.0)
         if result.returncode != 0:
             raise HostUnavailableError(f"cannot remove {name}: {_last_line(result.stderr)}")

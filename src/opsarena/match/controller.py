@@ -29,7 +29,7 @@ from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
-from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.hosts import FAULT_POWER_CUT, Host, HostDriver, HostInfo, HostSpec, get_driver
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.events import (
     AgentEnded,
@@ -61,7 +61,7 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
-from opsarena.referee.nemesis import missing_faults
+from opsarena.referee.nemesis import faults_needed, missing_faults
 from opsarena.store import EventStore, chain_problems, content_digest
 
 log = logging.getLogger(__name__)
@@ -297,8 +297,9 @@ class Controller:
                 await self.driver.cleanup(match_id=self.match_id)
 
     async def prepare(self) -> None:
-        """Build every agent and run its preflight (endpoint reachable, program found)
-        before anything is made. Raises the agent's one-line `OpsArenaError`. Idempotent."""
+        """Refuse a challenge whose faults the driver lacks, build every agent and run its
+        preflight (endpoint reachable, program found) before anything is made. Raises a
+        one-line `OpsArenaError`. Idempotent."""
         if self._territories:
             return
         lacking = missing_faults(self.plan.challenge, self.driver.faults, self.plan.driver)
@@ -345,7 +346,14 @@ class Controller:
 
     async def _provision_one(self, name: str) -> str | None:
         await self.emit(HostProvisioning(territory=name))
-        spec = HostSpec(match_id=self.match_id, territory=name, image=self.plan.challenge.image)
+        challenge = self.plan.challenge
+        spec = HostSpec(
+            match_id=self.match_id,
+            territory=name,
+            image=challenge.image,
+            # Only a challenge that cuts the power pays for a disk that can lose it.
+            power_cut=FAULT_POWER_CUT in faults_needed(challenge),
+        )
         started = time.monotonic()
         try:
             host = await self.driver.create(spec, boot_timeout=self.plan.provision_timeout_s)

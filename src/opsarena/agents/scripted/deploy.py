@@ -94,6 +94,7 @@ def records_server_command(
     health_body: str,
     flaw: str | None = None,
     start_delay_s: int = 0,
+    durability: str = "full",
 ) -> str:
     """The `ExecStart=` line running the shared records server with these choices (a
     deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server)."""
@@ -103,6 +104,8 @@ def records_server_command(
     else:
         base = target.state_dir if storage == "disk" else target.runtime_dir
         argv += ["--storage", f"{base}/records"]
+        if durability != "full":
+            argv += ["--durability", durability]
     argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
     if flaw is not None:
         argv += ["--flaw", flaw]
@@ -121,9 +124,12 @@ def records_unit(
     builder: str,
     flaw: str | None = None,
     start_delay_s: int = 0,
+    durability: str = "full",
+    restart: bool = True,
 ) -> str:
-    """The unit file of a Python records service (always `Restart=always`, installable
-    into multi-user.target; whether it is enabled is the builder's choice)."""
+    """The unit file of a Python records service (`Restart=always` unless `restart` is
+    false, installable into multi-user.target; whether it is enabled is the builder's
+    choice). `durability` is the server's `--durability` mode."""
     directories = {
         "disk": f"StateDirectory={target.stem}\n",
         # Kept across restarts (the default removes it when the service stops), and
@@ -138,7 +144,9 @@ def records_unit(
         health_body=health_body,
         flaw=flaw,
         start_delay_s=start_delay_s,
+        durability=durability,
     )
+    restart_lines = "Restart=always\nRestartSec=200ms\n" if restart else "Restart=no\n"
     return (
         "[Unit]\n"
         f"Description=records service (opsarena scripted builder {builder})\n\n"
@@ -147,8 +155,7 @@ def records_unit(
         f"User={target.stem}\n"
         f"{directories}"
         f"ExecStart={exec_start}\n"
-        "Restart=always\n"
-        "RestartSec=200ms\n\n"
+        f"{restart_lines}\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
@@ -237,6 +244,9 @@ def activation_script(
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         "systemctl daemon-reload\n"
         f"systemctl {start} {target.unit}\n"
+        # What was installed is made durable, as a careful deployer does: a power cut
+        # must find the program, the unit and its enablement (crash-safe-records).
+        "sync\n"
     )
     if not wait:
         return head + "exit 0\n"
