@@ -184,8 +184,14 @@ async def test_restart_service_changes_main_pid_and_fails_clearly(driver: HostDr
         before = await host.exec(
             ["systemctl", "show", "-P", "MainPID", "keeper.service"], timeout=10
         )
-        new_pid = await host.restart_service("keeper.service")
+        restart = await host.restart_service("keeper.service")
+        new_pid = restart.main_pid
         assert new_pid not in (0, int(before.stdout))
+        assert host.last_restart == restart
+        assert [proc.inner for proc in restart.before] == [int(before.stdout)]
+        assert restart.killed == ()  # systemd stopped the old process itself
+        members = await host.unit_members("keeper.service")
+        assert [proc.inner for proc in members] == [new_pid]
         after = await host.exec(
             ["systemctl", "show", "-P", "MainPID", "keeper.service"], timeout=10
         )
@@ -276,7 +282,7 @@ async def test_repeated_restarts_never_hit_the_start_rate_limit(driver: HostDriv
         await host.write_file("/etc/systemd/system/limited.service", unit.encode())
         started = await host.exec("systemctl daemon-reload && systemctl start limited", timeout=30)
         assert started.exit_code == 0
-        pids = {await host.restart_service("limited.service") for _ in range(6)}
+        pids = {(await host.restart_service("limited.service")).main_pid for _ in range(6)}
         assert len(pids) == 6
         assert await unit_active(host, "limited.service") == "active"
     finally:

@@ -390,8 +390,8 @@ class Referee:
         started = time.monotonic()
         try:
             if kind == "restart":
-                pid = await host.restart_service(unit, timeout=FAULT_TIMEOUT_S["restart"])
-                detail = f"{unit} restarted; its new main PID is {pid}"
+                restart = await host.restart_service(unit, timeout=FAULT_TIMEOUT_S["restart"])
+                detail = restart.describe()
             else:
                 boots = host.boots
                 await host.reboot(timeout=FAULT_TIMEOUT_S["reboot"])
