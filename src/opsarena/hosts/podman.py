@@ -130,9 +130,12 @@ class Podman:
 
         - `--userns auto`: podman gives each host a distinct range of the uids listed
           for `containers` in /etc/subuid and /etc/subgid, so no host shares the arena's
-          (or another host's) per-user kernel limits such as inotify instances. On a
-          cgroup v1/hybrid machine the arena's `cgroup_hook` hands the host its systemd
-          cgroup at every start (runc leaves it owned by the machine's root).
+          ids, and the arena's `start_hook` (run by podman before the host's init, at
+          every start) caps its per-user kernel limits (inotify instances and watches)
+          in that namespace: the owner of every host's namespace is the machine's root,
+          so without a cap of its own a host could spend root's whole budget. On a
+          cgroup v1/hybrid machine the hook also hands the host its systemd cgroup
+          (runc leaves it owned by the machine's root).
         - a seccomp profile derived from podman's default that refuses `CLONE_NEWUSER`
           in clone/unshare and answers clone3 with ENOSYS (so libc falls back to clone).
         - `--no-hosts` and read-only binds for /etc/hostname and /run/.containerenv: the
@@ -147,10 +150,16 @@ class Podman:
                 "to /etc/subuid and /etc/subgid (./bootstrap does it)"
             )
         flags += ["--userns", "auto:size=65536"]
-        if _cgroup_is_hybrid():
-            hooks = _write_once(state, "hook.json", _hook_config())
-            self.global_flags = ["--hooks-dir", str(hooks.parent)]
-            flags += ["--annotation", f"{HOOK_ANNOTATION}=1"]
+        budget = _read_int("/proc/sys/user/max_inotify_instances")
+        if budget is not None and budget < MACHINE_INOTIFY_INSTANCES:
+            raise DriverMissingError(
+                f"the machine's root may hold only {budget} inotify instances, which a few "
+                f"hosts (64 each) could spend: sysctl -w fs.inotify.max_user_instances="
+                f"{MACHINE_INOTIFY_INSTANCES} (./bootstrap does it)"
+            )
+        hooks = _write_once(state, "hook.json", _hook_config())
+        self.global_flags = ["--hooks-dir", str(hooks.parent)]
+        flags += ["--annotation", f"{HOOK_ANNOTATION}=1"]
         profile = _write_once(state, "seccomp.json", seccomp_profile(DEFAULT_SECCOMP))
         flags += ["--security-opt", f"seccomp={profile}"]
         empty = _write_once(state, "containerenv", b"")
@@ -193,11 +202,24 @@ def _last_line(data: bytes) -> str:
     return lines[-1].strip() if lines else "(no output)"
 
 
-HOOK_ANNOTATION = "opsarena.cgroup-hook"
+HOOK_ANNOTATION = "opsarena.start-hook"
 DEFAULT_SECCOMP = "/usr/share/containers/seccomp.json"
 CLONE_NEWUSER = 0x10000000
 ENOSYS = 38
 EPERM = 1
+
+
+MACHINE_INOTIFY_INSTANCES = 8192
+"""Least inotify budget of the machine's root the driver accepts (hosts are capped at 64
+each in their own namespace by `start_hook`, and all are charged to root as well)."""
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as value:
+            return int(value.read())
+    except (OSError, ValueError):
+        return None
 
 
 def _has_subids(user: str) -> bool:
@@ -232,7 +254,7 @@ def _write_once(directory: Path, name: str, data: bytes) -> Path:
 
 
 def _hook_config() -> bytes:
-    hook = str(Path(__file__).with_name("cgroup_hook.py"))
+    hook = str(Path(__file__).with_name("start_hook.py"))
     config = {
         "version": "1.0.0",
         "hook": {"path": sys.executable, "args": [sys.executable, "-I", "-S", hook]},

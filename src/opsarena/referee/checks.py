@@ -24,6 +24,7 @@ from opsarena.referee.failures import (
     curl_line,
     describe_error,
 )
+from opsarena.referee.ownership import port_ownership_verdict
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
 
 HEALTH_PATH = "/health"
@@ -283,6 +284,10 @@ async def check_health(host: Host, ctx: CheckContext) -> Verdict:
         verdict = judge_health(
             response, step=step, reproduce=curl_line("GET", ctx.challenge.port, HEALTH_PATH)
         )
+        if verdict is None:
+            verdict = await port_ownership_verdict(
+                host, ctx, step=f"owner of port {ctx.challenge.port}"
+            )
         if verdict is not None:
             raise Decided(verdict)
         return {"health": "ready", "attempt": ctx.attempt, "health_ms": response.elapsed_ms}
@@ -315,6 +320,11 @@ async def _durability(host: Host, ctx: CheckContext, fault: FaultKind) -> Verdic
         fault_ms = await inject(ctx, fault)
         ready_ms = await wait_healthy(host, ctx, fault)
         read_ms = await read_record(host, ctx, when=f"{_AFTER[fault]}, ")
+        step = f"{_AFTER[fault]}, owner of port {ctx.challenge.port}"
+        if owned := await port_ownership_verdict(
+            host, ctx, step=step, after_restart=fault == "restart"
+        ):
+            raise Decided(owned)
         return {
             "record": ctx.record_id,
             "value": ctx.record_value,

@@ -1,21 +1,35 @@
-"""An OCI `createRuntime` hook of the arena's own: hands a host its systemd cgroup.
+"""An OCI `createRuntime` hook of the arena's own: sets a host's per-host kernel limits
+and hands it its systemd cgroup, before its init runs.
 
-On a cgroup v1/hybrid machine, runc creates a host's directory in the named `systemd`
+Kernel limits: per-user limits such as inotify instances are counted in each user
+namespace and again for the namespace's owner in the parent namespace, and podman
+(as root) owns every host's namespace; so a host's own limit is what keeps it from
+spending the machine root's budget. This hook enters the host's new user namespace and
+sets `LIMITS` there (the host's root has no CAP_SYS_RESOURCE to raise them again).
+
+Cgroup: on a cgroup v1/hybrid machine, runc creates a host's directory in the named `systemd`
 hierarchy owned by the machine's root; a host in a user namespace of its own then
 cannot create its units' cgroups there and its systemd refuses to boot. This hook,
 run by podman (as the arena's user) every time a host starts, gives that one
 directory and what is in it to the uid and gid that are root inside the host, so its
 systemd manages its own subtree and nothing above it.
 
-Run as `python -I -S cgroup_hook.py` with the OCI state on stdin; imports only the
+Run as `python -I -S start_hook.py` with the OCI state on stdin; imports only the
 standard library and executes nothing from the host.
 """
 
+import ctypes
 import json
 import os
 import sys
 
 HIERARCHY = "/sys/fs/cgroup/systemd"
+CLONE_NEWUSER = 0x10000000
+LIMITS = {
+    "/proc/sys/user/max_inotify_instances": 64,
+    "/proc/sys/user/max_inotify_watches": 65536,
+}
+"""Per-host limits, set in the host's own user namespace (ample for any service)."""
 
 
 def _root_of(pid: int, name: str) -> int:
@@ -27,9 +41,29 @@ def _root_of(pid: int, name: str) -> int:
     raise SystemExit(f"root of pid {pid} is not mapped in its {name}")
 
 
+def set_limits(pid: int) -> None:
+    """Enter the user namespace of `pid` (this program is single-threaded, as setns
+    requires) and write `LIMITS` there: sysctls of that namespace, not the machine's."""
+    if os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
+        return  # the host shares the machine's user namespace: nothing of its own to set
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWUSER) != 0:
+        raise SystemExit(f"setns into the user namespace of {pid}: {os.strerror(ctypes.get_errno())}")
+    for path, value in LIMITS.items():
+        if os.path.exists(path):
+            with open(path, "w") as limit:
+                limit.write(str(value))
+
+
 def main() -> None:
     state = json.load(sys.stdin)
     pid = int(state["pid"])
+    hand_over_cgroup(pid)
+    set_limits(pid)  # last: after it this program's credentials are the host's
+
+
+def hand_over_cgroup(pid: int) -> None:
     if not os.path.exists(f"{HIERARCHY}/cgroup.procs"):
         return  # cgroup v2: podman delegates the host's cgroup itself
     path = ""
