@@ -49,7 +49,8 @@ def set_limits(pid: int) -> None:
     fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(fd, CLONE_NEWUSER) != 0:
-        raise SystemExit(f"setns into the user namespace of {pid}: {os.strerror(ctypes.get_errno())}")
+        error = os.strerror(ctypes.get_errno())
+        raise SystemExit(f"setns into the user namespace of {pid}: {error}")
     for path, value in LIMITS.items():
         if os.path.exists(path):
             with open(path, "w") as limit:
