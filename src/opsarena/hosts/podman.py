@@ -307,6 +307,9 @@ def seccomp_profile(default_path: str) -> bytes:
     return json.dumps(profile, indent=1).encode()
 
 
+INIT_GONE_GRACE_S = 5.0
+"""How long `connect` waits for podman to say whether a host whose init died is down."""
+
 REMOVE_ATTEMPTS = 5
 """`remove` tries this many times while podman finds the host's shm mount busy."""
 
@@ -459,7 +462,8 @@ class PodmanHost(Host):
 
     async def _init_pid(self) -> int:
         """PID (on this machine) of the host's init, refreshed when the host rebooted."""
-        if self._pid and _init_start_time(self._pid) == self._boot_id:
+        known = self._pid and self._boot_id is not None
+        if known and kernel.alive(Proc(self._pid, self._boot_id or 0)):  # a zombie is gone
             return self._pid
         state = (await self._inspect())["State"]
         if not state.get("Running"):
@@ -476,6 +480,10 @@ class PodmanHost(Host):
             )
         self._pid = int(state["Pid"])
         self._boot_id = _init_start_time(self._pid)
+        if self._boot_id is None or not kernel.alive(Proc(self._pid, self._boot_id)):
+            # init died (or is a zombie) and podman has not noticed yet
+            self._pid = 0
+            raise HostUnavailableError(f"{self.name} is not running (init is gone)")
         return self._pid
 
     async def exec(
@@ -745,8 +753,19 @@ class PodmanHost(Host):
         try:
             sock = socket_in_netns(pid)
         except ProcessLookupError as exc:
-            self._pid = 0  # init just went: ask podman whether it stopped by itself
-            await self._init_pid()
+            # init just went: ask podman whether the host stopped by itself (HostDownError),
+            # giving it a moment to notice (it may still say "running" for a while).
+            self._pid = 0
+            deadline = time.monotonic() + INIT_GONE_GRACE_S
+            while time.monotonic() < deadline and not self._rebooting:
+                try:
+                    if await self._init_pid() != pid:  # HostDownError once podman saw it stop
+                        break  # running again with a new init (someone restarted it)
+                    await asyncio.sleep(0.2)
+                except HostDownError:
+                    raise
+                except HostUnavailableError:
+                    await asyncio.sleep(0.2)
             raise HostUnavailableError(f"{self.name} is not running (init is gone)") from exc
         try:
             async with asyncio.timeout(timeout):
