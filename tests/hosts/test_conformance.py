@@ -316,3 +316,29 @@ async def test_disk_usage_counts_writes_and_a_frozen_disk_refuses_them(
         assert await host.wait_ready(30) in ("running", "degraded")
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
+
+
+async def test_kernel_facts_name_the_units_processes_and_the_ports_owner(
+    driver: HostDriver,
+) -> None:
+    """`unit_members`, `port_owners` and `init_process`, read from outside the host,
+    agree with what the host itself shows."""
+    match_id = new_match_id("conf")
+    try:
+        host = await driver.create(HostSpec(match_id=match_id, territory="facts", image=TEST_IMAGE))
+        init = host.init_process
+        assert init is not None and init.inner == 1
+        assert await host.port_owners(8080) == []
+        await start_server(host)
+        owners = await host.port_owners(8080)
+        members = await host.unit_members("conf-http.service")
+        assert owners and set(owners) <= set(members)
+        main = await host.exec(["systemctl", "show", "-P", "MainPID", "conf-http"], timeout=10)
+        assert [proc.inner for proc in owners] == [int(main.stdout)]
+        # A process started outside the unit is not one of its members.
+        outside = await host.exec("sleep 300 >/dev/null 2>&1 & echo $!", timeout=10)
+        assert int(outside.stdout) not in {proc.inner for proc in members}
+        with pytest.raises(UnitMissingError):
+            await host.unit_members("nope.service")
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))
