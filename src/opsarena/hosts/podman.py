@@ -558,11 +558,13 @@ class PodmanHost(Host):
         """The unit's cgroup, as systemd names it, accepted only below the host's own."""
         root = kernel.container_cgroup(init_pid)
         parts = claimed.split("/")
-        if not claimed.startswith(root + "/") or any(p in (".", "..") for p in parts):
+        if not claimed.startswith("/") or any(p in (".", "..") for p in parts):
             raise ServiceRestartError(
                 f"systemd in {self.name} puts {unit} in cgroup {claimed!r}, outside the host"
             )
-        return claimed
+        # With a cgroup namespace of its own (cgroup v2) systemd names paths below its
+        # root; without one (v1/hybrid here) it names them as the machine does.
+        return claimed if claimed.startswith(root + "/") else root + claimed
 
     async def unit_members(self, unit: str) -> list[Proc]:
         if not _UNIT_RE.match(unit):
