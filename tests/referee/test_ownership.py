@@ -10,7 +10,7 @@ INIT = Proc(100, 5, 1)
 OLD = Proc(200, 10, 20)
 NEW = Proc(300, 90, 30)
 DECOY = Proc(400, 50, 40)
-RESTART = ServiceRestart(unit=UNIT, main_pid=30, before=(OLD,), killed=())
+RESTART = ServiceRestart(unit=UNIT, main_pid=30, before=(OLD,), killed=(), started=60)
 
 
 def judge(owners: list[Proc], members: list[Proc], **kw: object) -> str | None:
@@ -47,8 +47,16 @@ def test_a_process_from_before_the_restart_is_not_accepted() -> None:
 
 
 def test_a_reused_pid_is_another_process() -> None:
-    reused = Proc(OLD.pid, OLD.start + 1, OLD.inner)
+    reused = Proc(OLD.pid, RESTART.started + 1, OLD.inner)
     assert judge([reused], [reused], restart=RESTART) is None
+
+
+def test_a_process_kept_outside_the_unit_over_the_restart_is_not_new() -> None:
+    """Moved out of the unit's cgroup before the restart (so not in `before`, and not
+    killed), moved back in after it: it started before the restart."""
+    hidden = Proc(500, 55, 50)
+    problem = judge([hidden], [hidden, NEW], restart=RESTART)
+    assert problem is not None and "from before the restart" in problem
 
 
 def test_nothing_listening_is_reported() -> None:

@@ -56,7 +56,9 @@ class ServiceRestart:
     """What one `Host.restart_service` did, as the kernel shows it from outside.
 
     `before` is every process in the unit's cgroup just before the restart (this
-    machine's pids with start times); none of them runs any more. `killed` are those
+    machine's pids with start times); none of them runs any more. `started` is the
+    moment the restart began, in the unit of `Proc.start`: a process started before it
+    is not a new process of the restarted unit, wherever it was. `killed` are those
     that were still alive when the host's systemd said the restart was done (a
     `KillMode=process` child, or a "systemd" that did not restart anything): the arena
     killed them from outside. `main_pid` is the new main process, as the host numbers
@@ -67,6 +69,7 @@ class ServiceRestart:
     main_pid: int
     before: tuple[Proc, ...]
     killed: tuple[Proc, ...]
+    started: int = 0
 
     def describe(self) -> str:
         """One line for the record: the new main PID and whatever the arena had to kill."""

@@ -15,6 +15,7 @@ import contextlib
 import os
 import select
 import signal
+import time
 from dataclasses import dataclass, field
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -41,6 +42,12 @@ def start_time(pid: int) -> int | None:
     except (OSError, IndexError):
         return None
     return int(fields[19])
+
+
+def now_ticks() -> int:
+    """The current time in the unit of `Proc.start` (clock ticks since boot), so that a
+    process started after this moment has a start time at or above it."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 def alive(proc: Proc) -> bool:

@@ -609,6 +609,7 @@ class PodmanHost(Host):
                     f"unit {unit} in {self.name} has no running process ({state.active})"
                 )
             cgroup = self._unit_cgroup(pid, state.cgroup, unit)
+            started = kernel.now_ticks()
             before = await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
             # reset-failed first: restarts the arena injects are not crashes, and must not
             # push the competitor's unit over its start rate limit (StartLimitBurst).
@@ -634,7 +635,7 @@ class PodmanHost(Host):
             while True:
                 state = await asyncio.to_thread(bus.unit_state, unit)
                 members = await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
-                fresh = [proc for proc in members if proc not in old]
+                fresh = [p for p in members if p not in old and p.start >= started]
                 main = next((proc for proc in fresh if proc.inner == state.main_pid), None)
                 if main is not None:
                     restart = ServiceRestart(
@@ -642,6 +643,7 @@ class PodmanHost(Host):
                         main_pid=main.inner,
                         before=tuple(before),
                         killed=tuple(killed),
+                        started=started,
                     )
                     self.last_restart = restart
                     return restart

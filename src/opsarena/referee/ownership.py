@@ -36,7 +36,9 @@ def judge_port_ownership(
 ) -> str | None:
     """None when `port` is held by the unit: every holder of its listening socket is a
     process of `unit` (`members`) or the host's `init` (socket activation), at least one
-    is of the unit, and (given the `restart` just made) none existed before it. Else one
+    is of the unit, and (given the `restart` just made) none was in the unit before it
+    or started before it (a process kept outside the unit over the restart and moved
+    back in is not new). Else one
     line saying what is wrong. Pids in the text are the host's own numbers. Pure."""
     if not owners:
         return f"no process of the host holds a socket listening on port {port}"
@@ -52,7 +54,7 @@ def judge_port_ownership(
         return f"port {port} is held only by the host's init, no process of {unit} holds it"
     if restart is not None:
         old = set(restart.before)
-        stale = [proc for proc in of_unit if proc in old]
+        stale = [proc for proc in of_unit if proc in old or proc.start < restart.started]
         if stale:
             return (
                 f"port {port} is held by PID {_names(stale)}, a process from before the "
