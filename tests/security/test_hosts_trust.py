@@ -27,6 +27,7 @@ from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host, kernel
 from opsarena.referee import Referee, derive_record, enforce_table
+from opsarena.referee.ownership import port_ownership_verdict
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts
@@ -397,3 +398,33 @@ async def test_a_host_cannot_leave_its_cgroup_or_enter_a_neighbours(
     assert into.exit_code != 0
     made = await mine.exec(f"mkdir /sys/fs/cgroup/systemd{their_cgroup}/intruder", timeout=10)
     assert made.exit_code != 0
+
+
+async def test_a_server_hidden_outside_the_unit_over_a_restart_is_not_new(
+    host_factory: HostFactory,
+) -> None:
+    """The competitor moves its server out of the unit's cgroup before the restart (so
+    systemd's stop misses it) and back in after it: it still started before the
+    restart, so it is not the restarted unit's process."""
+    host = await host_factory("hideout")
+    await deploy_unit(host, f"/bin/sh -c '{IN_MEMORY} & exec sleep infinity'")
+    (server,) = await host.port_owners(PORT)
+    unit_dir = (await sh(host, f"systemctl show -P ControlGroup {UNIT}")).strip()
+    # The host's own subtree of the systemd hierarchy, as the host sees it.
+    own = "/sys/fs/cgroup/systemd" + unit_dir.split("/system.slice/", 1)[0]
+    await sh(host, f"mkdir -p {own}/hideout && echo {server.inner} > {own}/hideout/cgroup.procs")
+    restart = await host.restart_service(UNIT)
+    assert kernel.alive(server) and server not in restart.before
+    await sh(host, f"echo {server.inner} > /sys/fs/cgroup/systemd{unit_dir}/cgroup.procs")
+    assert server in await host.unit_members(UNIT)
+    ctx = CheckContext(
+        challenge=challenge(),
+        milestone=challenge().milestone("service-restart"),
+        territory=host.territory,
+        attempt=1,
+        record_id="r",
+        record_value="v",
+    )
+    verdict = await port_ownership_verdict(host, ctx, step="after the restart", after_restart=True)
+    assert verdict is not None and verdict.failure_reason == "port_not_owned_by_unit"
+    assert "from before the restart" in (verdict.failure_detail or "")
