@@ -77,6 +77,7 @@ def test_every_reason_is_reachable_or_used_by_a_check() -> None:
     from_errors = {reason for _, reason, _ in CASES}
     from_checks = {"bad_status", "wrong_body", "record_missing", "record_corrupted"}
     from_checks |= {"not_ready_after_fault", "wrong_record", "stale_value", "found_unwritten"}
+    from_checks |= {"port_not_owned_by_unit"}
     assert set(REASONS) == from_errors | from_checks
 
 

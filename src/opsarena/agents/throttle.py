@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import asyncio
 
-from opsarena.hosts import DEFAULT_FILE_LIMIT, DEFAULT_OUTPUT_LIMIT, ExecResult, Host
+from opsarena.hosts import (
+    DEFAULT_FILE_LIMIT,
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    Host,
+    Proc,
+    ServiceRestart,
+)
 
 DEFAULT_CONCURRENCY = 2
 """Host operations one competitor may have in flight at once (see docs/AGENTS.md)."""
@@ -79,12 +86,30 @@ class ThrottledHost(Host):
         finally:
             self._leave()
 
-    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> ServiceRestart:
         await self._enter()
         try:
             return await self.inner.restart_service(unit, timeout=timeout)
         finally:
             self._leave()
+
+    @property
+    def last_restart(self) -> ServiceRestart | None:
+        return self.inner.last_restart
+
+    @last_restart.setter
+    def last_restart(self, value: ServiceRestart | None) -> None:
+        self.inner.last_restart = value
+
+    async def unit_members(self, unit: str) -> list[Proc]:
+        return await self.inner.unit_members(unit)
+
+    async def port_owners(self, port: int) -> list[Proc]:
+        return await self.inner.port_owners(port)
+
+    @property
+    def init_process(self) -> Proc | None:
+        return self.inner.init_process
 
     async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
         await self._enter()

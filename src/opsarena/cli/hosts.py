@@ -158,7 +158,7 @@ def restart_service(
     """Restart a unit; returns once it has a new main process."""
 
     async def run() -> int:
-        return await (await _get(driver, name)).restart_service(unit)
+        return (await (await _get(driver, name)).restart_service(unit)).main_pid
 
     console.print(f"{unit} restarted; main PID is now {asyncio.run(run())}")
 

@@ -10,8 +10,10 @@ from opsarena.hosts.base import (
     HostDriver,
     HostInfo,
     HostSpec,
+    ServiceRestart,
 )
 from opsarena.hosts.image import DEFAULT_IMAGE
+from opsarena.hosts.kernel import Proc
 from opsarena.hosts.registry import driver_names, get_driver, register_driver
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "HostDriver",
     "HostInfo",
     "HostSpec",
+    "Proc",
+    "ServiceRestart",
     "driver_names",
     "get_driver",
     "register_driver",

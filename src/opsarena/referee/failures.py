@@ -78,6 +78,11 @@ REASONS: dict[str, Reason] = dict(
         _row("restart_failed", _C, "the unit had no new main process after a restart"),
         _row("not_restarted", _C, "the unit was not restarted by systemd after it crashed"),
         _row("not_ready_after_fault", _C, "the health check did not pass within the budget"),
+        _row(
+            "port_not_owned_by_unit",
+            _C,
+            "the port is held by a process outside the unit, or by one from before a restart",
+        ),
         _row("host_down", _C, "the host stopped by itself (its init ran out of memory or exited)"),
         _row("host_unavailable", _R, "the arena could not reach the host (podman failed)"),
         _row("reboot_unconfirmed", _R, "a reboot could not be confirmed within its bound"),

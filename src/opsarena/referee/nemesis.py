@@ -150,11 +150,16 @@ class RestartFault(Fault):
         return f"systemctl restart {unit}"
 
     async def inject(self, host: Host, unit: str) -> int:
-        return await host.restart_service(unit, timeout=self.timeout_s)
+        restart = await host.restart_service(unit, timeout=self.timeout_s)
+        return restart.main_pid
 
     async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
-        # `restart_service` returns only once MainPID is non-zero and new: seen by the
-        # driver from outside (systemd's own property, not a program of the host).
+        # `restart_service` returns only once the unit's old processes (by pid and start
+        # time, read from outside) are gone, killing survivors itself, and a new main
+        # process is in the unit's cgroup; `describe` says what it saw.
+        restart = host.last_restart
+        if restart is not None and restart.main_pid == injected:
+            return FaultRun(restart.describe())
         return FaultRun(f"{unit} restarted; its new main PID is {injected}")
 
 
