@@ -106,7 +106,7 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
     driver = get_driver("podman")
     # The solved image is made from a host without a user namespace of its own: podman
     # 4.3 commits a user-namespaced host's files with the machine's uids, which no other
-    # host could use (docs/SECURITY-hosts.md).
+    # host could use (docs/SECURITY.md, "Hosts").
     maker = PodmanDriver()
     maker.podman.confine_flags, maker.podman.global_flags = [], []
     try:
