@@ -207,6 +207,20 @@ class Podman:
         return result.stdout.decode(errors="replace")
 
 
+def _without_userns(flags: list[str]) -> list[str]:
+    """`flags` without their `--userns VALUE` pair."""
+    kept: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == "--userns":
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
+
+
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
@@ -928,6 +942,12 @@ class PodmanDriver(HostDriver):
             )
         disk = await self._make_disk(spec, name) if spec.power_cut else None
         root = ["--rootfs", str(disk.root)] if disk else [spec.image]
+        confine = self.podman.confine_flags
+        if disk is not None:
+            # podman 4.3 cannot map a `--rootfs` tree into a user namespace ("no uid
+            # mappings found"): a power-cut host keeps every other confinement but shares
+            # the machine's user namespace (docs/SECURITY.md, "What a host keeps").
+            confine = _without_userns(confine)
         disk_labels = ["--label", f"{LABEL_DISK}=power"] if disk else []
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
@@ -940,7 +960,7 @@ class PodmanDriver(HostDriver):
             "--network", "none", "--systemd", "always",
             "--cpus", f"{spec.cpus:g}", "--memory", f"{spec.memory_mb}m",
             "--memory-swap", f"{spec.memory_mb}m", "--pids-limit", str(spec.pids_limit),
-            *self.podman.run_flags, *self.podman.confine_flags,
+            *self.podman.run_flags, *confine,
             "--mount", f"type=bind,src={self.podman.hostname_file(spec.territory)},"
             "dst=/etc/hostname,ro=true",
             *root, "/sbin/init",
