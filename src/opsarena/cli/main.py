@@ -11,6 +11,7 @@ import sys
 import typer
 
 from opsarena.cli import challenges as challenges_cli
+from opsarena.cli import db as db_cli
 from opsarena.cli import hosts as hosts_cli
 from opsarena.cli import image as image_cli
 from opsarena.cli import records as records_cli
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(challenges_cli.app, name="challenges")
+app.add_typer(db_cli.app, name="db")
 app.add_typer(hosts_cli.app, name="hosts")
 app.add_typer(image_cli.app, name="image")
 app.add_typer(tournament_cli.app, name="tournament")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,11 +21,12 @@ from opsarena.store import DB_ENV, EventStore, StoredEvent, open_store
 from opsarena.tournament.record import is_tournament_stream
 
 DbOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--db",
         envvar=DB_ENV,
-        help="Event log (SQLite file). Default: opsarena.db in the user data directory.",
+        help="Event log: an SQLite file, or a PostgreSQL URL (postgresql://...). "
+        "Default: opsarena.db in the user data directory.",
         show_default=False,
     ),
 ]
@@ -35,7 +35,7 @@ EVENT_TEXT_LIMIT = 160
 """Characters of an event's data shown per line by `opsarena events` without `--json`."""
 
 
-def open_db(db: Path | None) -> EventStore:
+def open_db(db: str | None) -> EventStore:
     """The event log chosen by `--db` / `$OPSARENA_DB` / the default; raises `StoreError`."""
     return open_store(db)
 

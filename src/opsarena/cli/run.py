@@ -82,7 +82,7 @@ def write_record(record: MatchRecord, path: Path) -> None:
 
 def play(
     plan: MatchPlan,
-    db: Path | None,
+    db: str | None,
     *,
     quiet: bool,
     record_path: Path | None,
@@ -120,7 +120,7 @@ def play(
 
 
 @contextlib.contextmanager
-def _scoreboard(db: Path | None, serve: bool) -> Iterator[ScoreboardServer | None]:
+def _scoreboard(db: str | None, serve: bool) -> Iterator[ScoreboardServer | None]:
     """The web scoreboard of `db` for the duration of a match (`--serve`), else nothing."""
     if not serve:
         yield None

@@ -8,7 +8,7 @@ import typer
 
 from opsarena.cli.output import err_console
 from opsarena.cli.records import DbOption
-from opsarena.store import default_db_path
+from opsarena.store import describe_target
 from opsarena.web import DEFAULT_HOST, DEFAULT_PORT, bind, create_app, serve_forever
 from opsarena.web.server import url_of
 
@@ -23,11 +23,11 @@ def serve(
     db: DbOption = None,
 ) -> None:
     """Serve the scoreboard: matches, live match pages, a JSON API (read-only)."""
-    path = db or default_db_path()
-    app = create_app(path)
+    app = create_app(db)
     sock = bind(host, port)
     err_console.print(
-        f"scoreboard of {path} at {url_of(sock)}/  (JSON API under /api, Ctrl-C stops)",
+        f"scoreboard of {describe_target(db)} at {url_of(sock)}/"
+        "  (JSON API under /api, Ctrl-C stops)",
         markup=False,
         soft_wrap=True,
     )

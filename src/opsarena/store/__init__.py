@@ -1,20 +1,39 @@
-"""The event log: an append-only, gap-free, per-match sequence of events (SQLite for now)."""
+"""The event log: an append-only, gap-free, per-match sequence of events (SQLite or PostgreSQL)."""
 
 from pathlib import Path
 
+from opsarena.errors import StoreError
 from opsarena.store.base import (
     DEFAULT_POLL_S,
     MAX_EVENT_BYTES,
     EventStore,
     MatchSummary,
     StoredEvent,
+    encode_event_data,
+    utc_now_iso,
 )
-from opsarena.store.sqlite import DB_ENV, SqliteEventStore, default_db_path, utc_now_iso
+from opsarena.store.sqlite import SqliteEventStore
+from opsarena.store.targets import (
+    DB_ENV,
+    default_db_path,
+    default_target,
+    describe_target,
+    is_postgres_url,
+    resolve_target,
+)
 
 
-def open_store(path: Path | str | None = None) -> EventStore:
-    """The event log at `path` (default: `default_db_path()`); raises `StoreError`."""
-    return SqliteEventStore(path)
+def open_store(target: Path | str | None = None, *, read_only: bool = False) -> EventStore:
+    """The event log `target` names (see `store.targets`): a PostgreSQL URL or an SQLite
+    file; None means `$OPSARENA_DB` or the default file. Raises `StoreError`."""
+    resolved = resolve_target(target)
+    if is_postgres_url(resolved):
+        try:
+            from opsarena.store.postgres import PostgresEventStore
+        except ImportError as exc:
+            raise StoreError(str(exc)) from None
+        return PostgresEventStore(resolved, read_only=read_only)
+    return SqliteEventStore(resolved, read_only=read_only)
 
 
 __all__ = [
@@ -26,6 +45,11 @@ __all__ = [
     "SqliteEventStore",
     "StoredEvent",
     "default_db_path",
+    "default_target",
+    "describe_target",
+    "encode_event_data",
+    "is_postgres_url",
     "open_store",
+    "resolve_target",
     "utc_now_iso",
 ]

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 DEFAULT_POLL_S = 0.1
@@ -26,6 +29,32 @@ DEFAULT_POLL_S = 0.1
 MAX_EVENT_BYTES = 1024 * 1024
 """The largest `data` an event may carry, as compact JSON. Producers bound their own
 payloads (agent output chunks, transcript entries) well below this."""
+
+
+Wake = Callable[[str, float], Awaitable[None]]
+"""`await wake(match_id, poll_s)` returns when `match_id` (`""`: any match) may have new
+events. A store that cannot be told just sleeps `poll_s`; one that can (PostgreSQL's
+LISTEN/NOTIFY) returns at the notification, or after its own safety interval."""
+
+
+def utc_now_iso() -> str:
+    """The current UTC time as ISO-8601 with milliseconds and a `Z`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_event_data(event_type: str, data: Mapping[str, Any]) -> str:
+    """`data` as the compact JSON text every store keeps. Raises `ValueError` when it is not
+    a JSON object or is larger than `MAX_EVENT_BYTES`, `TypeError` when it is not
+    JSON-serialisable."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"event data must be a JSON object, not {type(data).__name__}")
+    payload = json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+    size = len(payload.encode())
+    if size > MAX_EVENT_BYTES:
+        raise ValueError(
+            f"{event_type} event data is {size} bytes, over the {MAX_EVENT_BYTES}-byte limit"
+        )
+    return payload
 
 
 @dataclass(frozen=True)
@@ -122,13 +151,24 @@ class EventStore(abc.ABC):
         (for example `match_closed`) or cancels it.
         """
         cursor = after
-        while True:
-            batch = await self.read(match_id, after=cursor, limit=1000)
-            for event in batch:
-                cursor = event.seq
-                yield event
-            if not batch:
-                await asyncio.sleep(poll_s)
+        async with self.changes() as wake:
+            while True:
+                batch = await self.read(match_id, after=cursor, limit=1000)
+                for event in batch:
+                    cursor = event.seq
+                    yield event
+                if not batch:
+                    await wake(match_id, poll_s)
+
+    @contextlib.asynccontextmanager
+    async def changes(self) -> AsyncIterator[Wake]:
+        """A `Wake` for readers that wait for new events (`follow`, the scoreboard's
+        streams), valid inside the block. This default polls: `wake` sleeps `poll_s`."""
+
+        async def sleep(match_id: str, poll_s: float) -> None:
+            await asyncio.sleep(poll_s)
+
+        yield sleep
 
     def __enter__(self) -> EventStore:
         return self

@@ -19,25 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import platformdirs
-
 from opsarena.errors import StoreError
-from opsarena.store.base import MAX_EVENT_BYTES, EventStore, MatchSummary, StoredEvent
+from opsarena.store.base import (
+    EventStore,
+    MatchSummary,
+    StoredEvent,
+    encode_event_data,
+    utc_now_iso,
+)
+from opsarena.store.targets import describe_target, is_postgres_url, resolve_target
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""
-
-DB_ENV = "OPSARENA_DB"
 
 _SCHEMA = """
 CREATE TABLE opsarena_schema (version INTEGER NOT NULL);
@@ -63,19 +64,6 @@ CREATE TABLE events (
 """
 
 
-def default_db_path() -> Path:
-    """`$OPSARENA_DB` if set, else `opsarena.db` in the user's data directory."""
-    override = os.environ.get(DB_ENV)
-    if override:
-        return Path(override).expanduser()
-    return platformdirs.user_data_path("opsarena") / "opsarena.db"
-
-
-def utc_now_iso() -> str:
-    """The current UTC time as ISO-8601 with milliseconds and a `Z`."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class SqliteEventStore(EventStore):
     """An `EventStore` in one SQLite file. Safe to share between threads and processes.
 
@@ -88,7 +76,10 @@ class SqliteEventStore(EventStore):
         """With `read_only`, the file must exist and is opened with SQLite's `mode=ro`:
         every write is refused by SQLite itself (`append` raises `StoreError`), while
         commits of writers in other processes stay visible."""
-        self.path = Path(path).expanduser() if path is not None else default_db_path()
+        resolved = resolve_target(path)
+        if is_postgres_url(resolved):
+            raise StoreError(f"{describe_target(resolved)} is a PostgreSQL URL, not an SQLite file")
+        self.path = Path(resolved)
         self.read_only = read_only
         self._lock = threading.Lock()
         self._conn = self._open_read_only() if read_only else self._open()
@@ -207,14 +198,7 @@ class SqliteEventStore(EventStore):
         wall: str | None = None,
     ) -> int:
         """`append` without the thread hop, for code that is not async (tests, tools)."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"event data must be a JSON object, not {type(data).__name__}")
-        payload = json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
-        if len(payload.encode()) > MAX_EVENT_BYTES:
-            raise ValueError(
-                f"{event_type} event data is {len(payload.encode())} bytes, "
-                f"over the {MAX_EVENT_BYTES}-byte limit"
-            )
+        payload = encode_event_data(event_type, data)
         stamp = wall if wall is not None else utc_now_iso()
         with self._lock:
             conn = self._conn

@@ -79,10 +79,10 @@ def resume_after(after: int, last_event_id: str | None) -> int:
     return after
 
 
-def create_app(db_path: Path | str) -> FastAPI:
+def create_app(db_path: Path | str | None) -> FastAPI:
     """The scoreboard of the event log at `db_path`, opened read-only (a missing file is
     created empty first). Raises `StoreError` when the file is not a usable event log."""
-    store: EventStore = open_read_only(Path(db_path).expanduser())
+    store: EventStore = open_read_only(db_path)
     cache = RecordCache(store)
 
     @asynccontextmanager

@@ -1,22 +1,24 @@
-"""The scoreboard's view of the event log: the SQLite store, opened read-only.
+"""The scoreboard's view of the event log, opened read-only by the database itself.
 
 The web server must never change the log it serves, so it reads through the store's
-`read_only` mode (SQLite `mode=ro`): any write is refused by SQLite itself, not by our
-code. Readers of a WAL database still see every commit made by writers in other
-processes.
+`read_only` mode: SQLite's `mode=ro`, or PostgreSQL sessions with
+`default_transaction_read_only`. Any write is refused by the database, not by our code.
+Readers still see every commit made by writers in other processes (and, for PostgreSQL,
+on other machines).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from opsarena.store import SqliteEventStore
+from opsarena.store import EventStore, SqliteEventStore, is_postgres_url, open_store, resolve_target
 
 
-def open_read_only(path: Path) -> SqliteEventStore:
-    """The event log at `path`, read-only. A missing file is first created as an empty
-    event log (the only write the scoreboard ever makes), so a server can start before
-    the first match. Raises `StoreError`."""
-    if not path.exists():
-        SqliteEventStore(path).close()
-    return SqliteEventStore(path, read_only=True)
+def open_read_only(target: Path | str | None) -> EventStore:
+    """The event log `target` names (a file path or a PostgreSQL URL), read-only. A missing
+    SQLite file is first created as an empty event log (the only write the scoreboard ever
+    makes), so a server can start before the first match. Raises `StoreError`."""
+    resolved = resolve_target(target)
+    if not is_postgres_url(resolved) and not Path(resolved).exists():
+        SqliteEventStore(resolved).close()
+    return open_store(resolved, read_only=True)

@@ -17,7 +17,6 @@ import uvicorn
 from fastapi import FastAPI
 
 from opsarena.errors import ServeError
-from opsarena.store import default_db_path
 from opsarena.web.app import create_app
 
 DEFAULT_HOST = "127.0.0.1"
@@ -79,7 +78,9 @@ class ScoreboardServer:
     `STOP_TIMEOUT_S`, and returns once the thread has ended.
     """
 
-    def __init__(self, db_path: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self, db_path: Path | str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    ) -> None:
         self._db_path = db_path
         self._host = host
         self._port = port
@@ -125,14 +126,13 @@ class ScoreboardServer:
         self._server = self._thread = self._sock = None
 
 
-def start_scoreboard(db: Path | None) -> ScoreboardServer:
+def start_scoreboard(db: Path | str | None) -> ScoreboardServer:
     """A started scoreboard of `db` (default: the default event log) on 127.0.0.1, port
     `DEFAULT_PORT` or, when that is taken, any free port. Raises `ServeError`."""
-    path = db or default_db_path()
     try:
-        server = ScoreboardServer(path)
+        server = ScoreboardServer(db)
         server.start()
     except ServeError:
-        server = ScoreboardServer(path, port=0)
+        server = ScoreboardServer(db, port=0)
         server.start()
     return server

@@ -1,7 +1,8 @@
 """Server-sent events fed from the event log: one match as it happens, and the matches list.
 
-Both streams poll the log (another process writes it), so they see a match run by
-`opsarena run` in any process within about one poll. Messages (`event:` names):
+Both streams wait on the store's `changes()` (another process writes the log): SQLite is
+polled, PostgreSQL notifies, so they see a match run by `opsarena run` in any process
+within about one poll or at once. Messages (`event:` names):
 
 - match stream: `event` (one envelope, `id` its seq) for every event after the cursor,
   `record` (the folded record, `id` the last seq folded) whenever the stream has caught
@@ -13,7 +14,6 @@ Both streams poll the log (another process writes it), so they see a match run b
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -43,31 +43,34 @@ async def match_messages(
     `seq <= after` are folded into the record but not sent."""
     folder = RecordFolder()
     cursor = 0
-    while True:
-        batch = await store.read(match_id, after=cursor, limit=READ_BATCH)
-        if not batch:
-            await asyncio.sleep(poll_s)
-            continue
-        closed = False
-        for event in batch:
-            try:
-                folder.apply(event)
-            except EventLogError as exc:
-                yield ServerSentEvent(data=_json({"detail": str(exc)}), event="broken")
+    async with store.changes() as wake:
+        while True:
+            batch = await store.read(match_id, after=cursor, limit=READ_BATCH)
+            if not batch:
+                await wake(match_id, poll_s)
+                continue
+            closed = False
+            for event in batch:
+                try:
+                    folder.apply(event)
+                except EventLogError as exc:
+                    yield ServerSentEvent(data=_json({"detail": str(exc)}), event="broken")
+                    return
+                cursor = event.seq
+                if event.seq > after:
+                    yield ServerSentEvent(
+                        data=_json(event.to_json()), event="event", id=str(event.seq)
+                    )
+                if event.type == "match_closed":
+                    # Anything after the close (a late `opsarena done`) changes nothing.
+                    closed = True
+                    break
+            if closed or len(batch) < READ_BATCH:
+                record = folder.record().model_dump(mode="json", by_alias=True)
+                yield ServerSentEvent(data=_json(record), event="record", id=str(cursor))
+            if closed:
+                yield ServerSentEvent(data=_json({"last_seq": cursor}), event="end")
                 return
-            cursor = event.seq
-            if event.seq > after:
-                yield ServerSentEvent(data=_json(event.to_json()), event="event", id=str(event.seq))
-            if event.type == "match_closed":
-                # Anything after the close (a late `opsarena done`) changes nothing.
-                closed = True
-                break
-        if closed or len(batch) < READ_BATCH:
-            record = folder.record().model_dump(mode="json", by_alias=True)
-            yield ServerSentEvent(data=_json(record), event="record", id=str(cursor))
-        if closed:
-            yield ServerSentEvent(data=_json({"last_seq": cursor}), event="end")
-            return
 
 
 async def matches_messages(
@@ -75,13 +78,14 @@ async def matches_messages(
 ) -> AsyncIterator[ServerSentEvent]:
     """The messages of the matches stream: the newest `limit` rows, again on every change."""
     seen: list[tuple[str, int]] | None = None
-    while True:
-        summaries = await store.list_matches(limit)
-        now = [(summary.match_id, summary.last_seq) for summary in summaries]
-        if now != seen:
-            seen = now
-            rows = await list_items(cache, summaries)
-            yield ServerSentEvent(
-                data=_json([row.model_dump(mode="json") for row in rows]), event="matches"
-            )
-        await asyncio.sleep(poll_s)
+    async with store.changes() as wake:
+        while True:
+            summaries = await store.list_matches(limit)
+            now = [(summary.match_id, summary.last_seq) for summary in summaries]
+            if now != seen:
+                seen = now
+                rows = await list_items(cache, summaries)
+                yield ServerSentEvent(
+                    data=_json([row.model_dump(mode="json") for row in rows]), event="matches"
+                )
+            await wake("", poll_s)

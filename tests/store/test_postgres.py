@@ -1,0 +1,162 @@
+"""What only the PostgreSQL event log does: schema ownership, migration, URLs, `opsarena db`."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from opsarena.errors import StoreError
+from opsarena.store import SqliteEventStore, open_store
+from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
+from tests.pg import new_database, postgres_available, postgres_server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    if not postgres_available():
+        if __import__("os").environ.get("CI"):
+            pytest.fail("CI needs PostgreSQL's server binaries: ./bootstrap test installs them")
+        pytest.skip("PostgreSQL server binaries missing (apt-get install postgresql)")
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def url(server: str) -> str:
+    return new_database(server)
+
+
+def opsarena(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opsarena.cli.main", *args],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_the_schema_is_created_once_with_its_version(url: str) -> None:
+    # Two stores opening a new database at the same moment: the advisory lock serialises them.
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            PostgresEventStore(url).close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT version FROM opsarena_schema").fetchall() == [
+            (SCHEMA_VERSION,)
+        ]
+
+
+def test_a_database_of_another_application_is_refused_and_left_alone(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    with pytest.raises(StoreError, match="not an opsarena event log") as err:
+        PostgresEventStore(url)
+    assert "\n" not in str(err.value)
+    with psycopg.connect(url) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables "
+                                             "WHERE schemaname = 'public'")}  # fmt: skip
+    assert tables == {"notes"}
+
+
+def test_a_newer_schema_is_refused(url: str) -> None:
+    PostgresEventStore(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO opsarena_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match="newer than this opsarena understands"):
+        PostgresEventStore(url)
+
+
+def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open the event log") as err:
+        PostgresEventStore(f"postgresql:///x?host={tmp_path}&user=nobody&password=hunter2")
+    assert "\n" not in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_a_row_written_behind_the_store_is_a_clear_error(url: str) -> None:
+    with open_store(url) as store:
+        asyncio.run(store.append("m", "x", {}, 0))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO events VALUES ('m', 2, 'forged', 0, 'w', '{}')")
+        with pytest.raises(StoreError, match="already taken") as err:
+            asyncio.run(store.append("m", "y", {}, 1))
+        assert "'m'" in str(err.value)
+        assert [e.seq for e in asyncio.run(store.read("m"))] == [1, 2]
+
+
+def test_db_migrate_and_copy_from_sqlite(url: str, tmp_path: Path) -> None:
+    done = opsarena("db", "migrate", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema version {SCHEMA_VERSION}" in done.stdout
+
+    source = tmp_path / "old.db"
+    with SqliteEventStore(source) as old:
+        for i in range(5):
+            old.append_blocking("a", "x", {"i": i}, i * 10, wall=f"2026-01-01T00:00:0{i}.000Z")
+        old.append_blocking("b", "y", {"k": "v"}, 7)
+        want = {m: [e.to_json() for e in old.read_blocking(m)] for m in ("a", "b")}
+
+    done = opsarena("db", "copy", str(source), url)
+    assert done.returncode == 0, done.stderr
+    assert "2 matches (6 events) copied" in done.stdout
+    with open_store(url) as store:
+        for match_id, events in want.items():
+            assert [e.to_json() for e in asyncio.run(store.read(match_id))] == events
+        assert asyncio.run(store.append("a", "next", {}, 99)) == 6  # the sequence goes on
+
+    again = opsarena("db", "copy", str(source), url)
+    assert again.returncode != 0  # match "a" now differs: one line, exit 2
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+    assert "'a'" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["db", "copy", "/nonexistent.db", "postgresql:///x"], "no SQLite event log"),
+        (["db", "copy", "__SOURCE__", "/tmp/x.db"], "must be a PostgreSQL URL"),
+    ],
+)
+def test_db_copy_bad_input(args: list[str], message: str, tmp_path: Path) -> None:
+    source = tmp_path / "s.db"
+    SqliteEventStore(source).close()
+    done = opsarena(*[str(source) if a == "__SOURCE__" else a for a in args])
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_run_show_and_serve_read_postgres(url: str) -> None:
+    import httpx
+
+    from opsarena.web.server import ScoreboardServer
+
+    with open_store(url) as store:
+        asyncio.run(store.append("pgm", "x", {}, 0))
+    shown = opsarena("events", "pgm", "--db", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "x" in shown.stdout
+    server = ScoreboardServer(url, port=0)
+    base = server.start()
+    try:
+        listed = httpx.get(f"{base}/api/matches", timeout=30)
+        assert listed.status_code in (200, 500)  # a one-event match may not fold
+        events = httpx.get(f"{base}/api/matches/pgm/events", timeout=30)
+        assert events.status_code == 200 and events.json()[0]["type"] == "x"
+    finally:
+        server.stop()
