@@ -71,6 +71,10 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             if during["tournament"]["state"] == "running":  # the seed stays hidden until the end
                 assert during["tournament"]["seed"] is None
                 assert len(during["tournament"]["seed_commitment"]) == 64
+            # ... also from the match routes, which would otherwise show its raw stream.
+            for route in ("", "/events", "/stream"):
+                raw = httpx.get(f"{url}/api/matches/tournament:{tournament_id}{route}", timeout=10)
+                assert raw.status_code == 404, route
             page.evaluate("window.notReloaded = true")
             expect(page.locator("#state")).to_have_text("finished", timeout=3 * WAIT_S * 1000)
             expect(page.locator("#live")).to_have_text("finished")

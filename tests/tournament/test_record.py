@@ -19,6 +19,7 @@ from opsarena.tournament import (
     seed_commitment,
     void_reason,
 )
+from opsarena.tournament.record import TournamentFolder
 from opsarena.tournament.runner import TournamentRunner, _start_ticks, is_alive, this_process
 
 SEED = "00112233445566778899aabbccddeeff"
@@ -239,3 +240,22 @@ async def test_resume_refuses_a_tournament_whose_controller_still_runs(tmp_path:
         await store.append("tournament:tx", "tournament_started", started, 1)
         with pytest.raises(TournamentError, match=f"being played by process {me.pid}"):
             await TournamentRunner.resume(store, "tx")
+
+
+def test_the_incremental_folder_agrees_with_the_whole_fold() -> None:
+    events = log(
+        ("tournament_created", created()),
+        ("tournament_started", {"parallel": 2}),
+        started(1, 1, "tx-1"),
+        ended(1, 1, "tx-1", False),
+        started(1, 2, "tx-1r1"),
+        ended(1, 2, "tx-1r1", True),
+    )
+    folder = TournamentFolder()
+    for count, event in enumerate(events, 1):
+        folder.apply(event)
+        whole = fold_tournament(events[:count], reveal_seed=True)
+        assert folder.record(reveal_seed=True).model_dump() == whole.model_dump()
+    assert folder.record().seed is None  # still running: not revealed unless asked
+    with pytest.raises(EventLogError, match="expected seq 7"):
+        folder.apply(events[0].__class__(**{**events[2].__dict__, "seq": 9}))

@@ -44,7 +44,7 @@ from opsarena.tournament import (
     read_record,
     tournament_outcomes,
 )
-from opsarena.tournament.record import AttemptRecord
+from opsarena.tournament.record import AttemptRecord, TournamentFolder, stream_id
 from opsarena.web import ScoreboardServer, start_scoreboard
 
 if TYPE_CHECKING:
@@ -261,9 +261,12 @@ async def _watch(
     )  # fmt: skip
     overall: TaskID | None = None
     bars: dict[str, TaskID] = {}
+    folder = TournamentFolder()
     with progress:
         while True:
-            record = await load_tournament_record(store, tournament_id)
+            for event in await store.read(stream_id(tournament_id), after=folder.last_sequence):
+                folder.apply(event)
+            record = folder.record()
             total = len(record.slots)
             if overall is None:
                 overall = progress.add_task("tournament", total=total, info="")

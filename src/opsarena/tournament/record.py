@@ -236,14 +236,30 @@ def fold_tournament(
     """The record of one tournament from its stream's events in order. The seed is
     revealed once the tournament finished (or with `reveal_seed`, for the controller that
     resumes it). Raises `EventLogError` for an empty or impossible log."""
-    record: TournamentRecord | None = None
-    seed = ""
-    expected = 1
+    folder = TournamentFolder()
     for event in events:
+        folder.apply(event)
+    return folder.record(reveal_seed=reveal_seed)
+
+
+class TournamentFolder:
+    """The same fold one event at a time, in constant time per event, for the controller
+    and views that follow a long tournament."""
+
+    def __init__(self) -> None:
+        self._record: TournamentRecord | None = None
+        self._seed = ""
+        self._match_ids: set[str] = set()
+
+    @property
+    def last_sequence(self) -> int:
+        return self._record.last_sequence if self._record is not None else 0
+
+    def apply(self, event: StoredEvent) -> None:
+        """Fold one more event; `EventLogError` when it cannot follow the ones before."""
         where = f"{event.match_id} seq {event.seq} ({event.type})"
-        if event.seq != expected:
-            raise EventLogError(f"{where}: expected seq {expected}")
-        expected += 1
+        if event.seq != self.last_sequence + 1:
+            raise EventLogError(f"{where}: expected seq {self.last_sequence + 1}")
         model = EVENT_MODELS.get(event.type)
         if model is None:
             raise EventLogError(f"{where}: unknown tournament event type {event.type!r}")
@@ -251,11 +267,12 @@ def fold_tournament(
             data: Any = model.model_validate(event.data)
         except ValueError as exc:
             raise EventLogError(f"{where}: invalid data: {exc}") from None
+        record = self._record
         if record is None:
             if not isinstance(data, TournamentCreated):
                 raise EventLogError(f"{where}: a tournament log starts with tournament_created")
-            seed = data.seed
-            record = TournamentRecord(
+            self._seed = data.seed
+            record = self._record = TournamentRecord(
                 tournament_id=data.tournament_id,
                 name=data.name,
                 source=data.source,
@@ -268,13 +285,21 @@ def fold_tournament(
                 slots=[SlotRecord(**s.model_dump()) for s in data.slots],
             )
         else:
+            if isinstance(data, SlotMatchStarted) and data.match_id in self._match_ids:
+                raise EventLogError(f"{where}: match {data.match_id} is played a second time")
             _apply(record, data, where, event.wall)
+            if isinstance(data, SlotMatchStarted):
+                self._match_ids.add(data.match_id)
         record.last_sequence = event.seq
-    if record is None:
-        raise EventLogError("no tournament events")
-    if record.state == "finished" or reveal_seed:
-        record.seed = seed
-    return record
+
+    def record(self, *, reveal_seed: bool = False) -> TournamentRecord:
+        """The record so far: the folder's own, which later `apply` calls change in place.
+        Raises `EventLogError` before the first event."""
+        if self._record is None:
+            raise EventLogError("no tournament events")
+        finished = self._record.state == "finished"
+        self._record.seed = self._seed if finished or reveal_seed else None
+        return self._record
 
 
 def _apply(record: TournamentRecord, data: TournamentEvent, where: str, wall: str) -> None:
@@ -300,8 +325,6 @@ def _apply(record: TournamentRecord, data: TournamentEvent, where: str, wall: st
             raise EventLogError(f"{where}: slot {data.slot} is {slot.state} already")
         if data.attempt != len(slot.attempts) + 1:
             raise EventLogError(f"{where}: slot {data.slot} attempt {data.attempt} out of order")
-        if any(a.match_id == data.match_id for s in record.slots for a in s.attempts):
-            raise EventLogError(f"{where}: match {data.match_id} is played a second time")
         slot.attempts.append(
             AttemptRecord(
                 attempt=data.attempt, match_id=data.match_id, started_wall=wall,

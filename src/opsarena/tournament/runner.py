@@ -43,6 +43,7 @@ from opsarena.tournament.record import (
     TournamentCreated,
     TournamentEvent,
     TournamentFinished,
+    TournamentFolder,
     TournamentRecord,
     TournamentStarted,
     fold_tournament,
@@ -170,6 +171,7 @@ class TournamentRunner:
         self._t_offset_ms = 0
         self.record: TournamentRecord | None = None
         self._playing: set[Controller] = set()
+        self._folder = TournamentFolder()
         self.stopped_by = ""
         """The signal that stopped the tournament (a match's controller caught it)."""
 
@@ -255,11 +257,17 @@ class TournamentRunner:
         return self._t_offset_ms + int((time.monotonic() - self._t0) * 1000)
 
     async def _emit(self, event: TournamentEvent) -> None:
+        """Append one event and fold it (only it: a long tournament stays cheap)."""
         async with self._lock:
-            await self.store.append(
+            if self._folder.last_sequence == 0:  # resumed: catch up with the log once
+                for stored in await self.store.read(self._stream):
+                    self._folder.apply(stored)
+            seq = await self.store.append(
                 self._stream, event.event_type, event.model_dump(mode="json"), self._clock()
             )
-            self.record = fold_tournament(await self.store.read(self._stream), reveal_seed=True)
+            for stored in await self.store.read(self._stream, after=seq - 1, limit=1):
+                self._folder.apply(stored)
+            self.record = self._folder.record(reveal_seed=True)
 
     def _slot(self, number: int) -> SlotRecord:
         assert self.record is not None

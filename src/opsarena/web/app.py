@@ -35,6 +35,7 @@ import opsarena
 from opsarena.errors import EventLogError, StoreError
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore
+from opsarena.tournament.record import is_tournament_stream
 from opsarena.web.models import ErrorBody, EventEnvelope, MatchListItem
 from opsarena.web.readonly import open_read_only
 from opsarena.web.records import RecordCache, list_items
@@ -111,7 +112,8 @@ def create_app(db_path: Path | str | None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     async def require_match(match_id: str) -> None:
-        if await store.summary(match_id) is None:
+        # A tournament's own stream holds its seed until the end: it is no match here.
+        if is_tournament_stream(match_id) or await store.summary(match_id) is None:
             raise HTTPException(404, f"no match {match_id!r} in this event log")
 
     @app.get("/", include_in_schema=False)
@@ -133,6 +135,7 @@ def create_app(db_path: Path | str | None) -> FastAPI:
     async def match_record(match_id: MatchId) -> MatchRecord:
         """The match record: the fold of every event so far (final once `match_state` is
         `finished`)."""
+        await require_match(match_id)
         record = await cache.record(match_id)
         if record is None:
             raise HTTPException(404, f"no match {match_id!r} in this event log")
