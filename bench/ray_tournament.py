@@ -107,6 +107,9 @@ def main() -> None:
             results["ray"] = asyncio.run(play(db, text, base, executor))
             print("ray", results["ray"], flush=True)
         finally:
+            import ray
+
+            ray.shutdown()  # the driver leaves first: the cluster refuses to remove its node
             cluster.shutdown()
     results["ratio_ray_over_local"] = round(
         results["ray"]["matches_per_hour"] / results["local"]["matches_per_hour"], 3
