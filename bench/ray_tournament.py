@@ -12,7 +12,10 @@ into fresh databases of one throw-away PostgreSQL server (tests/pg.py):
    127.0.0.1, each with 1 CPU, 80 MiB of object store and T `opsarena_territory` units
    (T = 2: one match per node at a time, so both arms play 2 at once).
 
-Reported per arm: wall time from the first slot to the tournament's end, matches per hour;
+Reported per arm: wall time from the first slot to the tournament's end, matches per hour,
+the mean match's own wall time (its log's first to last event) and what is left per match
+(2 lanes x wall / matches - mean match: starting it, on Ray the task's dispatch and its
+worker's log reads);
 then the ratio ray/local (the target is >= 0.9), and the load average before and after.
 Needs podman, the host image and PostgreSQL's server binaries; removes its hosts.
 """
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -66,6 +70,11 @@ async def play(db: str, text: str, base: Path, executor: RayExecutor | None) -> 
             for match_id in ids:
                 await get_driver("podman").cleanup(match_id=match_id)
         wall = time.monotonic() - start
+        spans = []
+        for slot in record.slots:
+            events = await store.read(slot.counted_match or "")
+            if events:
+                spans.append(_seconds(events[-1].wall) - _seconds(events[0].wall))
     counts = record.summary_counts()
     return {
         "wall_s": round(wall, 1),
@@ -73,8 +82,18 @@ async def play(db: str, text: str, base: Path, executor: RayExecutor | None) -> 
         "counted": counts["counted"],
         "void": counts["void"],
         "matches_per_hour": round(len(record.slots) * 3600 / wall, 1),
+        "match_wall_s_mean": round(statistics.mean(spans), 1) if spans else None,
+        "scheduling_overhead_s_per_match": round(
+            wall * 2 / len(record.slots) - statistics.mean(spans), 1
+        )
+        if spans
+        else None,
         "nodes": sorted({a.node for s in record.slots for a in s.attempts if a.node}),
     }
+
+
+def _seconds(wall: str) -> float:
+    return datetime.fromisoformat(wall.replace("Z", "+00:00")).timestamp()
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ NODE = {
 }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     made = cluster_utils.Cluster(
@@ -83,13 +83,34 @@ def cluster() -> Iterator[Any]:
         made.shutdown()
 
 
-@pytest.fixture
-def postgres() -> Iterator[str]:
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
     with postgres_server() as url:
-        database = new_database(url)
-        with open_store(database):  # creates the schema, so readers can open it at once
-            pass
-        yield database
+        yield url
+
+
+@pytest.fixture
+def postgres(postgres_url: str) -> str:
+    database = new_database(postgres_url)
+    with open_store(database):  # creates the schema, so readers can open it at once
+        pass
+    return database
+
+
+def _wait_for_two_playing(url: str, tournament_id: str, run: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while True:  # both nodes play a match
+        assert time.monotonic() < deadline, "two matches never ran at once"
+        assert run.poll() is None, run.communicate()
+        record = _tournament(url, tournament_id)
+        playing = [] if record is None else [
+            s.attempts[-1].match_id for s in record.slots if s.state == "playing"
+        ]  # fmt: skip
+        if len(playing) == 2 and all(
+            "match_started" in [e.type for e in _read(url, m)] for m in playing
+        ):
+            return
+        time.sleep(0.5)
 
 
 def _read(url: str, stream: str) -> list[Any]:
@@ -157,19 +178,7 @@ def test_a_tournament_over_two_ray_nodes_survives_losing_one(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 300
-        while True:  # both nodes play a match: the worker node holds one of them
-            assert time.monotonic() < deadline, "two matches never ran at once"
-            assert run.poll() is None, run.communicate()
-            record = _tournament(postgres, tournament_id)
-            playing = [] if record is None else [
-                s.attempts[-1].match_id for s in record.slots if s.state == "playing"
-            ]  # fmt: skip
-            if len(playing) == 2 and all(
-                "match_started" in [e.type for e in _read(postgres, m)] for m in playing
-            ):
-                break
-            time.sleep(0.5)
+        _wait_for_two_playing(postgres, tournament_id, run)  # the worker node holds one
         worker = next(iter(cluster.worker_nodes))
         cluster.remove_node(worker, allow_graceful=False)
         stdout, stderr = run.communicate(timeout=400)
@@ -209,5 +218,45 @@ def test_a_tournament_over_two_ray_nodes_survives_losing_one(
         if seen is not None:
             match_ids |= {a.match_id for s in seen.slots for a in s.attempts}
         _cleanup(match_ids)  # the lost match's hosts outlived its node's Ray processes
+        if not cluster.worker_nodes:  # the next test has two nodes again
+            cluster.add_node(**NODE)
+            cluster.wait_for_nodes()
     for match_id in match_ids:
         assert podman_names(match_id) == [], f"hosts of {match_id} left behind"
+
+
+def test_a_killed_ray_driver_is_resumed_and_its_cut_off_matches_replayed(
+    tmp_path: Path, cluster: Any, postgres: str
+) -> None:
+    file = tmp_path / "t.toml"
+    file.write_text(FILE)
+    tournament_id = new_match_id("tour")
+    command = ["--id", tournament_id, "--db", postgres, "--ray", cluster.address, "--quiet"]
+    run = subprocess.Popen(
+        [*OPSARENA, "tournament", "run", str(file), *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_two_playing(postgres, tournament_id, run)
+        run.kill()  # SIGKILL: Ray kills the tasks of a driver that died
+        run.communicate()
+        resumed = subprocess.run(
+            [*OPSARENA, "tournament", "resume", tournament_id, *command[2:]],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        record = _tournament(postgres, tournament_id)
+        assert record is not None and record.state == "finished" and record.runs == 2
+        for slot in record.slots:
+            assert [a.lost for a in slot.attempts] == [True, False], slot
+            assert slot.attempts[0].why.startswith("lost to infrastructure: the controller")
+            assert slot.attempts[1].counted and slot.attempts[1].seed_attempt == 1
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        seen = _tournament(postgres, tournament_id)
+        match_ids = set() if seen is None else {
+            a.match_id for s in seen.slots for a in s.attempts
+        }  # fmt: skip
+        _cleanup(match_ids)
