@@ -196,6 +196,7 @@ def test_a_tournament_over_two_ray_nodes_survives_losing_one(
         assert replay.counted and replay.seed_attempt == gone.seed_attempt == 1
         assert slot.charged_attempts == 1  # the loss used up none of the slot's retries
         assert "match_started" in [e.type for e in _read(postgres, gone.match_id)]
+        assert podman_names(gone.match_id) == []  # removed by a clean-up task on a live node
         assert all(a.node for s in record.slots for a in s.attempts if a.counted)
         for s in record.slots:  # a counted match removed its own hosts on its node
             assert podman_names(s.counted_match or "") == [], s
@@ -251,6 +252,7 @@ def test_a_killed_ray_driver_is_resumed_and_its_cut_off_matches_replayed(
             assert [a.lost for a in slot.attempts] == [True, False], slot
             assert slot.attempts[0].why.startswith("lost to infrastructure: the controller")
             assert slot.attempts[1].counted and slot.attempts[1].seed_attempt == 1
+            assert podman_names(slot.attempts[0].match_id) == []  # removed on resume
     finally:
         if run.poll() is None:
             run.kill()

@@ -86,6 +86,14 @@ async def _play(
     return {"node": node, "error": "", "lost": lost}
 
 
+def remove_on_node(match_id: str, driver: str) -> list[str]:
+    """The body of a clean-up task pinned to one node: that match's hosts there, removed
+    by the driver's own labels (never a program of the hosts)."""
+    from opsarena.hosts import get_driver
+
+    return asyncio.run(get_driver(driver).cleanup(match_id=match_id))
+
+
 def _ray_node_id() -> str:
     ray = importlib.import_module("ray")
     try:
@@ -138,6 +146,7 @@ class RayExecutor:
         self.territories = territories
         self.driver = driver
         self._task: Any = ray.remote(play_on_node)
+        self._remove: Any = ray.remote(remove_on_node)
         lost = tuple(getattr(ray.exceptions, name) for name in LOST_ERRORS
                      if hasattr(ray.exceptions, name))  # fmt: skip
         self._lost: tuple[type[BaseException], ...] = lost
@@ -158,6 +167,29 @@ class RayExecutor:
             )
         return units
 
+    async def remove_hosts(self, match_id: str) -> list[str]:
+        """Run the clean-up of `match_id`'s hosts on every live node that declares
+        territories (a lost match's node is unknown, or gone). Errors of one node (it died
+        meanwhile) are skipped: its hosts died with it."""
+        strategy = importlib.import_module("ray.util.scheduling_strategies")
+        refs = [
+            self._remove.options(
+                num_cpus=0, max_retries=0,
+                scheduling_strategy=strategy.NodeAffinitySchedulingStrategy(
+                    node_id=n["NodeID"], soft=False
+                ),
+            ).remote(match_id, self.driver)
+            for n in self._ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get(RESOURCE)
+        ]  # fmt: skip
+        removed: list[str] = []
+        for ref in refs:
+            try:
+                removed += await ref
+            except self._ray.exceptions.RayError:
+                continue
+        return removed
+
     async def play(self, tournament_id: str, slot: int, attempt: int) -> RemoteOutcome:
         ref = self._task.options(
             resources={RESOURCE: self.territories},
@@ -169,7 +201,7 @@ class RayExecutor:
         try:
             result = await ref
         except asyncio.CancelledError:
-            self._ray.cancel(ref, force=True)
+            self._ray.cancel(ref)  # a KeyboardInterrupt there: its controller aborts cleanly
             raise
         except self._lost as exc:
             first = (str(exc).strip().splitlines() or [""])[0][:300]

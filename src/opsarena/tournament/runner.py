@@ -74,6 +74,10 @@ class MatchExecutor(Protocol):
 
     async def play(self, tournament_id: str, slot: int, attempt: int) -> RemoteOutcome: ...
 
+    async def remove_hosts(self, match_id: str) -> list[str]:
+        """Remove a lost match's hosts from every node still there; their names."""
+        ...
+
 
 def new_tournament_id() -> str:
     """A readable, unique, host-name-safe tournament id."""
@@ -417,6 +421,8 @@ class TournamentRunner:
         void = void_reason(record)
         if outcome.lost:
             void = outcome.lost
+            # Its hosts died with a dead node; a killed driver's left them on a live one.
+            await self.executor.remove_hosts(match_id)
         elif void and outcome.error:
             void = f"{void}: {outcome.error}"
         await self._emit(
