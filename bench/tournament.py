@@ -33,8 +33,9 @@ from typing import Any
 
 from opsarena.ratings import Entry, MatchOutcome, leaderboard, order_check, rate_matches
 from opsarena.ratings.bradley_terry import fit
-from opsarena.store import SqliteEventStore
-from opsarena.tournament import TournamentRunner, parse_tournament
+from opsarena.store import SqliteEventStore, StoredEvent
+from opsarena.tournament import TournamentRunner, fold_tournament, parse_tournament
+from opsarena.tournament.record import TournamentFolder
 
 BUILDERS = ("reference", "in-memory", "not-enabled", "idle")
 
@@ -144,6 +145,41 @@ def ratings(matches: int) -> dict[str, Any]:
     }
 
 
+def tournament_fold(slots: int) -> dict[str, Any]:
+    """Fold a synthetic tournament log of `slots` matches, one event at a time, as the
+    controller does; and the whole log at once, as a page load does."""
+    created = {
+        "tournament_id": "b", "name": "", "source": "b.toml", "base_dir": "/", "text": "",
+        "seed": "00" * 16, "seed_commitment": "", "retries": 0, "competitors": {},
+        "slots": [{"slot": n, "challenge": "c", "trial": n, "group": ["a", "b"]}
+                  for n in range(1, slots + 1)],
+    }  # fmt: skip
+    events = [("tournament_created", created), ("tournament_started", {"parallel": 2})]
+    for n in range(1, slots + 1):
+        events.append(("slot_match_started", {"slot": n, "attempt": 1, "match_id": f"b-{n}"}))
+        ended = {"slot": n, "attempt": 1, "match_id": f"b-{n}", "counted": True}
+        events.append(("slot_match_ended", ended))
+    stored = [
+        StoredEvent("tournament:b", seq, kind, seq, "2026-01-01T00:00:00.000Z", data)
+        for seq, (kind, data) in enumerate(events, 1)
+    ]
+    started = time.perf_counter()
+    folder = TournamentFolder()
+    for event in stored:
+        folder.apply(event)
+        folder.record()
+    incremental = time.perf_counter() - started
+    started = time.perf_counter()
+    fold_tournament(stored)
+    whole = time.perf_counter() - started
+    return {
+        "fold_slots": slots,
+        "fold_events": len(stored),
+        "fold_incremental_s": round(incremental, 3),
+        "fold_whole_log_s": round(whole, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matches", type=int, default=12)
@@ -156,6 +192,7 @@ def main() -> None:
     result: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     result["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
     result.update(ratings(args.rating_matches))
+    result.update(tournament_fold(10_000))
     if not args.skip_matches:
         result.update(asyncio.run(throughput(args.matches, args.parallel, args.finish)))
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
