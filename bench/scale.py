@@ -171,6 +171,12 @@ async def bench(territories: int) -> dict[str, Any]:
         ),
         "events": len(events),
         "infrastructure_failures": record.infrastructure_failures,
+        "referee_errors": [
+            {k: e.data.get(k) for k in ("territory", "milestone", "attempt", "failure_reason")}
+            | {"detail": str(e.data.get("failure_detail") or "")[:300], "t_ms": e.t_ms}
+            for e in events
+            if e.type == "attempt_result" and e.data.get("verdict") == "referee_error"
+        ],
     }
 
 

@@ -19,6 +19,7 @@ from opsarena.cli import run as run_cli
 from opsarena.cli import serve as serve_cli
 from opsarena.cli import tournament as tournament_cli
 from opsarena.cli import verify as verify_cli
+from opsarena.cli import worker as worker_cli
 from opsarena.cli.output import fail
 from opsarena.errors import OpsArenaError
 
@@ -34,6 +35,7 @@ app.add_typer(db_cli.app, name="db")
 app.add_typer(hosts_cli.app, name="hosts")
 app.add_typer(image_cli.app, name="image")
 app.add_typer(tournament_cli.app, name="tournament")
+app.add_typer(worker_cli.app, name="worker")
 app.command("run")(run_cli.run)
 app.command("demo")(run_cli.demo)
 app.command("done")(run_cli.done)

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -31,7 +31,7 @@ from opsarena.cli.run import ServeOption
 from opsarena.errors import TournamentError, UsageError
 from opsarena.hosts import HostSpec
 from opsarena.ratings import Leaderboard, leaderboard
-from opsarena.store import EventStore
+from opsarena.store import EventStore, is_postgres_url, resolve_target
 from opsarena.tournament import (
     TournamentRecord,
     TournamentRunner,
@@ -47,6 +47,9 @@ from opsarena.tournament import (
 from opsarena.tournament.record import AttemptRecord, TournamentFolder, stream_id
 from opsarena.web import ScoreboardServer, start_scoreboard
 
+if TYPE_CHECKING:
+    from opsarena.tournament.ray_exec import RayExecutor
+
 app = typer.Typer(
     help="Tournaments: many matches, ratings and a leaderboard.", no_args_is_help=True
 )
@@ -58,6 +61,14 @@ DriverOption = Annotated[
     str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
 ]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="Plain progress lines, no live bars.")]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS|auto",
+        help="Play each match as a task on a Ray cluster (needs a PostgreSQL --db).",
+    ),
+]
 
 
 def _machine() -> tuple[int, int]:
@@ -102,18 +113,24 @@ def run(
     driver: DriverOption = "podman",
     db: DbOption = None,
     serve: ServeOption = False,
+    ray: RayOption = None,
 ) -> None:
     """Play every match of a tournament file; print the leaderboard."""
     if tournament_id is not None and not ID_RE.match(tournament_id):
         raise UsageError(f"--id {tournament_id!r}: use 1-40 lowercase letters, digits and '-'")
     plan = load_tournament(file)
-    lanes = _parallel(parallel or plan.parallel, plan.territories_per_match)
+    executor = _executor(ray, db, plan.territories_per_match, driver)
+    if executor is None:
+        lanes = _parallel(parallel or plan.parallel, plan.territories_per_match)
+    else:
+        lanes = parallel or _cluster_lanes(executor, plan.territories_per_match)
     with open_db(db) as store, _scoreboard(db, serve) as scoreboard:
 
         async def main() -> TournamentRecord:
             runner = await TournamentRunner.create(
-                store, plan, parallel=lanes, tournament_id=tournament_id, driver=driver
-            )
+                store, plan, parallel=lanes, tournament_id=tournament_id, driver=driver,
+                executor=executor,
+            )  # fmt: skip
             err_console.print(
                 f"tournament {runner.tournament_id}: {len(plan.slots)} matches, "
                 f"{lanes} at once (resume after a kill: opsarena tournament resume "
@@ -140,20 +157,47 @@ def resume(
     quiet: QuietOption = False,
     driver: DriverOption = "podman",
     db: DbOption = None,
+    ray: RayOption = None,
 ) -> None:
     """Continue a tournament whose controller died: no match lost or played twice."""
     with open_db(db) as store:
 
         async def main() -> TournamentRecord:
             runner = await TournamentRunner.resume(store, tournament_id, driver=driver)
-            runner.parallel = _parallel(
-                parallel or runner.parallel, runner.plan.territories_per_match
-            )
+            territories = runner.plan.territories_per_match
+            runner.executor = _executor(ray, db, territories, driver)
+            if runner.executor is None:
+                runner.parallel = _parallel(parallel or runner.parallel, territories)
+            else:
+                runner.parallel = parallel or _cluster_lanes(runner.executor, territories)
             return await _with_progress(store, runner, quiet=quiet)
 
         record = asyncio.run(main())
         board = _board(store, record, None)
     _finish(record, board)
+
+
+def _executor(
+    address: str | None, db: str | None, territories: int, driver: str
+) -> RayExecutor | None:
+    """The Ray executor `--ray` asks for (None without it), connected and checked."""
+    if address is None:
+        return None
+    target = resolve_target(db)
+    if not is_postgres_url(target):
+        raise UsageError(
+            "--ray needs a PostgreSQL event log every node can reach: --db postgresql://..."
+        )
+    from opsarena.tournament.ray_exec import RayExecutor, connect
+
+    executor = RayExecutor(connect(address), target, territories=territories, driver=driver)
+    executor.check_capacity()
+    return executor
+
+
+def _cluster_lanes(executor: RayExecutor, territories: int) -> int:
+    """Matches in flight at once on the cluster: as many as its territory units hold."""
+    return max(1, executor.check_capacity() // max(1, territories))
 
 
 @contextlib.contextmanager
@@ -240,9 +284,7 @@ async def _watch(
                             what = "counted" if attempt.counted else f"void ({attempt.why})"
                             out.print(f"slot {slot.slot}/{total} match {mid}: {what}",
                                       markup=False, soft_wrap=True)  # fmt: skip
-                if slot.state in ("counted",) or (
-                    slot.state == "void" and len(slot.attempts) > record.retries
-                ):
+                if slot.settled(record.retries):
                     done += 1
             running = [
                 (s.slot, s.attempts[-1].match_id) for s in record.slots if s.state == "playing"

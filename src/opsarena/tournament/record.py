@@ -9,7 +9,10 @@ A tournament is event-sourced in the match event log, in a stream of its own who
   number of matches it plays at once on its machine;
 - `slot_match_started`: an attempt at a slot began, under the match id given;
 - `slot_match_ended`: that attempt's match closed; `counted` says whether it counts (a
-  match aborted, or with an agent the arena interrupted, is void: `why` says so);
+  match aborted, or with an agent the arena interrupted, is void: `why` says so); `lost`
+  marks a match lost to infrastructure (the machine that ran it went away: no competitor
+  is charged, and its replay plays the same seed, `seed_attempt`); `node` names the
+  machine that played it, when it was not the controller's own;
 - `tournament_finished`: every slot has a counted match or has used up its replays.
 
 `fold_tournament` is pure; an impossible log raises `EventLogError` naming the seq.
@@ -27,6 +30,9 @@ from opsarena.errors import EventLogError
 from opsarena.store import StoredEvent
 
 STREAM_PREFIX = "tournament:"
+LOST_REPLAYS = 3
+"""How many times a slot is replayed after matches lost to infrastructure (on top of its
+`retries`): a slot whose matches keep losing their machine is left void, not retried forever."""
 
 
 def stream_id(tournament_id: str) -> str:
@@ -94,6 +100,9 @@ class SlotMatchStarted(TournamentEvent):
     slot: int
     attempt: int = Field(ge=1)
     match_id: str
+    seed_attempt: int | None = Field(default=None, ge=1)
+    """The attempt whose seed this one plays (`match_seed`); None means its own. A replay
+    of a match lost to infrastructure plays the lost match's seed."""
 
 
 class SlotMatchEnded(TournamentEvent):
@@ -103,6 +112,11 @@ class SlotMatchEnded(TournamentEvent):
     match_id: str
     counted: bool
     why: str = ""
+    lost: bool = False
+    """Lost to infrastructure (its machine died): void, and replayed with the same seed
+    without using up one of the slot's `retries`."""
+    node: str = ""
+    """The Ray node that played the match (empty for a match played by the controller)."""
 
 
 class TournamentFinished(TournamentEvent):
@@ -130,6 +144,10 @@ class AttemptRecord(BaseModel):
     ended: bool = False
     counted: bool | None = None
     why: str = ""
+    seed_attempt: int
+    """The attempt number the match's seed is made from (its own, or a lost match's)."""
+    lost: bool = False
+    node: str = ""
 
 
 class SlotRecord(BaseModel):
@@ -152,6 +170,30 @@ class SlotRecord(BaseModel):
         if not last.ended:
             return "playing"
         return "counted" if last.counted else "void"
+
+    @property
+    def charged_attempts(self) -> int:
+        """Attempts that use up the slot's replays: every one not lost to infrastructure."""
+        return sum(1 for a in self.attempts if not a.lost)
+
+    @property
+    def lost_attempts(self) -> int:
+        return sum(1 for a in self.attempts if a.lost)
+
+    def settled(self, retries: int) -> bool:
+        """Counted, or void with its replays used up: nothing more will be played."""
+        if self.state == "counted":
+            return True
+        return self.state == "void" and (
+            self.charged_attempts > retries or self.lost_attempts > LOST_REPLAYS
+        )
+
+    def next_seed_attempt(self) -> int:
+        """The seed the next attempt plays: a lost match's own again, else a fresh one."""
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and last.lost:
+            return last.seed_attempt
+        return len(self.attempts) + 1
 
 
 class TournamentRecord(BaseModel):
@@ -283,12 +325,18 @@ def _apply(record: TournamentRecord, data: TournamentEvent, where: str, wall: st
             raise EventLogError(f"{where}: slot {data.slot} is {slot.state} already")
         if data.attempt != len(slot.attempts) + 1:
             raise EventLogError(f"{where}: slot {data.slot} attempt {data.attempt} out of order")
-        slot.attempts.append(AttemptRecord(attempt=data.attempt, match_id=data.match_id,
-                                           started_wall=wall))  # fmt: skip
+        slot.attempts.append(
+            AttemptRecord(
+                attempt=data.attempt, match_id=data.match_id, started_wall=wall,
+                seed_attempt=data.seed_attempt or data.attempt,
+            )
+        )  # fmt: skip
         return
     last = slot.attempts[-1] if slot.attempts else None
     if last is None or last.ended or last.match_id != data.match_id:
         raise EventLogError(f"{where}: slot {data.slot} has no match {data.match_id} playing")
     last.ended = True
-    last.counted = data.counted
+    last.counted = data.counted and not data.lost
     last.why = data.why
+    last.lost = data.lost
+    last.node = data.node

@@ -7,6 +7,10 @@ closed is recorded as it ended, one cut off is continued by `Controller.resume` 
 own resume), one that never logged an event is played from the start under the same id.
 No slot is counted twice: an attempt that does not count (void) is replayed under a new id,
 up to `retries` times.
+
+Where a match is played is the `MatchExecutor`'s business: none (the default) plays it in
+this process; `ray_exec.RayExecutor` sends it to a node of a Ray cluster. A match whose
+machine went away is *lost*: void, no competitor charged, replayed with the same seed.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import os
 import secrets
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from opsarena.agents.registry import preflight_agent
 from opsarena.errors import EventLogError, MatchError, OpsArenaError, TournamentError
@@ -28,6 +34,7 @@ from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore, StoredEvent
 from opsarena.tournament.outcomes import void_reason
 from opsarena.tournament.record import (
+    AttemptRecord,
     ControllerProcess,
     SlotMatchEnded,
     SlotMatchStarted,
@@ -47,6 +54,29 @@ from opsarena.tournament.spec import Slot, TournamentPlan, match_seed, parse_tou
 
 STOP_SIGNALS = frozenset({"SIGINT", "SIGTERM"})
 """The abort reasons a match controller logs when it caught a signal meant for us all."""
+
+
+@dataclass(frozen=True)
+class RemoteOutcome:
+    """How a match played elsewhere ended, as its executor saw it. The verdict itself is
+    never taken from here: the controller folds the match's own log."""
+
+    node: str = ""
+    """Which machine played it."""
+    error: str = ""
+    """The `MatchError` the match raised (an agent that could not start), if any."""
+    lost: str = ""
+    """Why the match was lost to infrastructure (its node died), or empty."""
+
+
+class MatchExecutor(Protocol):
+    """Plays one attempt's match somewhere else, from the tournament's log alone."""
+
+    async def play(self, tournament_id: str, slot: int, attempt: int) -> RemoteOutcome: ...
+
+    async def remove_hosts(self, match_id: str) -> list[str]:
+        """Remove a lost match's hosts from every node still there; their names."""
+        ...
 
 
 def new_tournament_id() -> str:
@@ -131,8 +161,10 @@ class TournamentRunner:
         *,
         parallel: int,
         driver: str = "podman",
+        executor: MatchExecutor | None = None,
     ) -> None:
         self.store = store
+        self.executor = executor
         self.plan = plan
         self.tournament_id = tournament_id
         self.parallel = parallel
@@ -158,13 +190,14 @@ class TournamentRunner:
         parallel: int,
         tournament_id: str | None = None,
         driver: str = "podman",
+        executor: MatchExecutor | None = None,
     ) -> TournamentRunner:
         """Log a new tournament of `plan`; `TournamentError` if the id is taken."""
         tournament_id = tournament_id or new_tournament_id()
         await preflight_competitors(plan)
         if await store.exists(stream_id(tournament_id)):
             raise TournamentError(f"tournament {tournament_id!r} exists already")
-        self = cls(store, plan, tournament_id, parallel=parallel, driver=driver)
+        self = cls(store, plan, tournament_id, parallel=parallel, driver=driver, executor=executor)
         base = Path(plan.source).parent.resolve()
         await self._emit(
             TournamentCreated(
@@ -190,6 +223,7 @@ class TournamentRunner:
         *,
         parallel: int | None = None,
         driver: str = "podman",
+        executor: MatchExecutor | None = None,
     ) -> TournamentRunner:
         """Take up a tournament from its log (its controller was killed). The file's text
         is in the log, so the competitors and challenges are the ones it started with.
@@ -203,12 +237,7 @@ class TournamentRunner:
                 f"{record.controller.pid}: resume it only once that process is gone"
             )
         assert record.seed is not None
-        plan = parse_tournament(
-            _created_text(await store.read(stream_id(tournament_id), limit=1)),
-            record.source,
-            base=Path(record.base_dir),
-            seed=bytes.fromhex(record.seed),
-        )
+        plan = await plan_from_log(store, record)
         if [s.to_json() for s in plan.slots] != [
             {"slot": s.slot, "challenge": s.challenge, "trial": s.trial, "group": s.group}
             for s in record.slots
@@ -217,7 +246,10 @@ class TournamentRunner:
                 f"tournament {tournament_id}: its file no longer gives the same schedule "
                 "(a challenge changed or is gone); it cannot be resumed"
             )
-        self = cls(store, plan, tournament_id, parallel=parallel or record.parallel, driver=driver)
+        self = cls(
+            store, plan, tournament_id, parallel=parallel or record.parallel, driver=driver,
+            executor=executor,
+        )  # fmt: skip
         self.record = record
         last = (await store.read(self._stream, after=record.last_sequence - 1))[-1]
         self._t_offset_ms = last.t_ms
@@ -299,12 +331,18 @@ class TournamentRunner:
             await self._finish(number, last.attempt, last.match_id, cut_off=True)
         assert self.record is not None
         while self._slot(number).state in ("pending", "void") and not self.stopped_by:
-            attempts = len(self._slot(number).attempts)
-            if attempts > self.record.retries:
+            slot = self._slot(number)
+            if slot.settled(self.record.retries):
                 return
-            attempt = attempts + 1
+            attempt = len(slot.attempts) + 1
+            seed_attempt = slot.next_seed_attempt()
             match_id = slot_match_id(self.tournament_id, number, attempt)
-            await self._emit(SlotMatchStarted(slot=number, attempt=attempt, match_id=match_id))
+            await self._emit(
+                SlotMatchStarted(
+                    slot=number, attempt=attempt, match_id=match_id,
+                    seed_attempt=None if seed_attempt == attempt else seed_attempt,
+                )
+            )  # fmt: skip
             await self._finish(number, attempt, match_id, cut_off=False)
 
     async def _finish(self, number: int, attempt: int, match_id: str, *, cut_off: bool) -> None:
@@ -312,6 +350,9 @@ class TournamentRunner:
         record: MatchRecord | None = None
         why = ""
         events = await self.store.read(match_id) if cut_off else []
+        if self.executor is not None:
+            await self._finish_elsewhere(number, attempt, match_id, events, cut_off=cut_off)
+            return
         try:
             if events:
                 record = fold_events(events)
@@ -349,22 +390,83 @@ class TournamentRunner:
             )
         )  # fmt: skip
 
+    async def _finish_elsewhere(
+        self,
+        number: int,
+        attempt: int,
+        match_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        cut_off: bool,
+    ) -> None:
+        """The executor's version of `_finish`. A match cut off by the controller's death
+        was on a node whose tasks died with the controller: unless it had closed, it is
+        lost (its hosts are not on this machine to resume)."""
+        assert self.executor is not None
+        outcome = RemoteOutcome()
+        if cut_off and events:
+            if fold_events(events).match_state != "finished":
+                outcome = RemoteOutcome(
+                    lost="lost to infrastructure: the controller that sent it to its node died"
+                )
+        else:
+            outcome = await self.executor.play(self.tournament_id, number, attempt)
+        record: MatchRecord | None = None
+        events = await self.store.read(match_id)
+        if events:
+            try:
+                record = fold_events(events)
+            except EventLogError:
+                record = None
+        void = void_reason(record)
+        if outcome.lost:
+            void = outcome.lost
+            # Its hosts died with a dead node; a killed driver's left them on a live one.
+            await self.executor.remove_hosts(match_id)
+        elif void and outcome.error:
+            void = f"{void}: {outcome.error}"
+        await self._emit(
+            SlotMatchEnded(
+                slot=number, attempt=attempt, match_id=match_id, counted=void is None,
+                why=void or "", lost=bool(outcome.lost), node=outcome.node,
+            )
+        )  # fmt: skip
+
     def _match_plan(self, number: int, attempt: int, match_id: str) -> MatchPlan:
         slot = self._slot(number)
-        challenge = self.plan.challenges[slot.challenge]
-        limits = self.plan.limits
-        spec = Slot(slot.slot, slot.challenge, slot.trial, tuple(slot.group))
-        return MatchPlan(
-            challenge=challenge,
-            competitors=[self.plan.competitors[name] for name in slot.group],
-            time_limit_s=limits.time_limit_s or challenge.time_limit_s,
-            drain_s=limits.drain_s,
-            seed=match_seed(self.plan.seed, spec, attempt),
-            finish=limits.finish,
-            driver=self.driver,
-            match_id=match_id,
-            disk_quota_mb=limits.disk_quota_mb,
-        )
+        return slot_match_plan(self.plan, slot, slot.attempts[attempt - 1], driver=self.driver)
+
+
+def slot_match_plan(
+    plan: TournamentPlan, slot: SlotRecord, attempt: AttemptRecord, *, driver: str
+) -> MatchPlan:
+    """The match plan of one attempt at a slot, wherever it is played."""
+    challenge = plan.challenges[slot.challenge]
+    limits = plan.limits
+    spec = Slot(slot.slot, slot.challenge, slot.trial, tuple(slot.group))
+    return MatchPlan(
+        challenge=challenge,
+        competitors=[plan.competitors[name] for name in slot.group],
+        time_limit_s=limits.time_limit_s or challenge.time_limit_s,
+        drain_s=limits.drain_s,
+        seed=match_seed(plan.seed, spec, attempt.seed_attempt),
+        finish=limits.finish,
+        driver=driver,
+        match_id=attempt.match_id,
+        disk_quota_mb=limits.disk_quota_mb,
+    )
+
+
+async def plan_from_log(store: EventStore, record: TournamentRecord) -> TournamentPlan:
+    """The tournament's plan rebuilt from its log (the file's text as it started), with
+    its seed: `record` must be folded with `reveal_seed`."""
+    assert record.seed is not None
+    return parse_tournament(
+        _created_text(await store.read(stream_id(record.tournament_id), limit=1)),
+        record.source,
+        base=Path(record.base_dir),
+        seed=bytes.fromhex(record.seed),
+    )
 
 
 def _created_text(first: Sequence[StoredEvent]) -> str:
