@@ -295,7 +295,7 @@ def resume(
         record = asyncio.run(load_record(store, match_id))
         if record.match_state == "finished":
             raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")
-        challenge = find_challenge(record.challenge)
+        challenge = find_challenge(record.challenge_source or record.challenge)
 
         async def main() -> MatchRecord:
             viewer = asyncio.create_task(watch(store, match_id, console, live=live))

@@ -25,9 +25,12 @@ from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
+from opsarena.challenges.catalog import challenge_source, place_challenge
 from opsarena.challenges.model import Challenge
+from opsarena.challenges.setup import brief_for
 from opsarena.errors import HostError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.hosts.image import build_image, image_for
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -132,6 +135,11 @@ class Controller:
         self._clock_offset_ms = 0
         self._abort = asyncio.Event()
         self._abort_why = ""
+        self._image = (
+            image_for(plan.challenge.packages, plan.challenge.image)
+            if plan.challenge.packages
+            else plan.challenge.image
+        )
         self._territories: dict[str, _Territory] = {}
         self._closed = False
         self._finished = False
@@ -251,12 +259,14 @@ class Controller:
                 match_id=self.match_id,
                 challenge=plan.challenge.name,
                 challenge_title=plan.challenge.title,
+                challenge_source=challenge_source(plan.challenge),
                 seed=plan.seed.hex(),
                 finish_mode=plan.finish,
                 time_limit_s=plan.time_limit_s,
                 drain_s=plan.drain_s,
                 milestones=[
-                    MilestoneSpec(id=m.id, points=m.points) for m in plan.challenge.milestones
+                    MilestoneSpec(id=m.id, points=m.points, title=m.title)
+                    for m in plan.challenge.milestones
                 ],
                 territories={
                     name: TerritorySpec(
@@ -271,7 +281,7 @@ class Controller:
 
     async def _provision_one(self, name: str) -> str | None:
         await self.emit(HostProvisioning(territory=name))
-        spec = HostSpec(match_id=self.match_id, territory=name, image=self.plan.challenge.image)
+        spec = HostSpec(match_id=self.match_id, territory=name, image=self._image)
         started = time.monotonic()
         try:
             host = await self.driver.create(spec, boot_timeout=self.plan.provision_timeout_s)
@@ -279,6 +289,11 @@ class Controller:
             await self.emit(HostFailed(territory=name, error=str(exc)))
             return f"host for {name} could not be provisioned: {exc}"
         self._territories[name].host = host
+        try:
+            await place_challenge(self.plan.challenge, host, self.plan.seed)
+        except OpsArenaError as exc:
+            await self.emit(HostFailed(territory=name, error=f"placing the challenge: {exc}"))
+            return f"the challenge could not be placed on {name}'s host: {exc}"
         await self.emit(
             HostProvisioned(
                 territory=name,
@@ -297,6 +312,9 @@ class Controller:
     async def _provision_and_preflight(self) -> str | None:
         """Provision every host in parallel, then preflight each; the first problem, if any."""
         names = list(self._territories)
+        if self.plan.challenge.packages and self.plan.driver == "podman":
+            # Built once per recipe and cached (a label on the image), like the default.
+            await build_image(self._image, extra=tuple(self.plan.challenge.packages))
         problems = await asyncio.gather(*(self._provision_one(n) for n in names))
         failures = [p for p in problems if p]
         if failures:
@@ -317,7 +335,7 @@ class Controller:
             territory.ctx = AgentContext(
                 match_id=self.match_id,
                 territory=name,
-                brief=plan.challenge.brief,
+                brief=brief_for(plan.challenge, plan.seed),
                 host=territory.host,
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),

@@ -306,6 +306,8 @@ class RecordFolder:
             match_id=data.match_id,
             challenge=data.challenge,
             challenge_title=data.challenge_title,
+            challenge_source=data.challenge_source,
+            milestone_titles={spec.id: spec.title for spec in data.milestones if spec.title},
             seed=data.seed,
             finish_mode=data.finish_mode,
             time_limit_s=data.time_limit_s,

@@ -105,6 +105,8 @@ class MatchRecord(_Record):
     match_id: str
     challenge: str
     challenge_title: str
+    challenge_source: str = ""
+    milestone_titles: dict[str, str] = {}
     seed: str
     finish_mode: str
     time_limit_s: float
