@@ -205,8 +205,10 @@ def simulate(
         reason = (
             "all competitors finished" if everyone_ended and not time_limit_hit else "time limit"
         )
-        ranked = sorted((-points[n], reached.get(n, 0), n) for n in plans if points[n] > 0)
-        winner = ranked[0][2] if ranked else None
+        # As rules.winner: only a durable territory wins, the first to become durable.
+        total = sum(p for _, p in MILESTONES)
+        ranked = sorted((reached.get(n, 0), n) for n in plans if points[n] == total)
+        winner = ranked[0][1] if ranked else None
     log.add("match_finished", {"finish_reason": reason, "winner": winner})
     for name in plans:
         if name not in ended:
@@ -289,7 +291,7 @@ def test_demo_record_has_the_expected_outcome() -> None:
     assert record.started_at is not None and record.started_at.endswith("Z")
 
 
-def test_time_limit_and_all_finished_pick_the_winner_by_points_then_time() -> None:
+def test_time_limit_and_all_finished_without_a_durable_territory_have_no_winner() -> None:
     plans = {
         "a": Plan(passes=1, ends="completed"),
         "b": Plan(passes=2, ends="failed"),
@@ -297,7 +299,7 @@ def test_time_limit_and_all_finished_pick_the_winner_by_points_then_time() -> No
     }
     record = fold_dicts(simulate("m2", plans))
     assert record.finish_reason == "all competitors finished"
-    assert record.winner == "b"
+    assert record.winner is None  # b has the most points, but nobody is durable
     assert [t.competitor_state for t in record.territories.values()] == ["scored"] * 3
     assert record.agents["b-agent"].failure_source == "player"
     record = fold_dicts(simulate("m3", {"a": Plan(passes=0)}, time_limit_hit=True))

@@ -25,16 +25,16 @@ class Standing:
 
 
 def winner(standings: list[Standing]) -> str | None:
-    """The territory with the most points; a tie goes to whoever reached that score
-    first (then to the name, so the answer never depends on order). None when nobody
-    scored."""
-    scored = [s for s in standings if s.points > 0]
-    if not scored:
+    """The durable territory that became durable first (by the time it reached its
+    points, then by name, so the answer never depends on order). None when no territory is
+    durable: points rank competitors, but only a durable deployment wins a match — a
+    service that loses records, or answers every GET with the last body, never does."""
+    durable = [s for s in standings if s.durable]
+    if not durable:
         return None
     best = min(
-        scored,
+        durable,
         key=lambda s: (
-            -s.points,
             s.reached_at_ms if s.reached_at_ms is not None else 2**62,
             s.territory,
         ),
@@ -59,10 +59,12 @@ def finish_reason(standings: list[Standing], *, mode: FinishMode, time_up: bool)
 
 
 def match_winner(standings: list[Standing], reason: str, durable_order: list[str]) -> str | None:
-    """The winner for `reason`: the first durable territory when a durable deployment
-    ended the match, otherwise the `winner` rule."""
-    if reason == "first durable deployment" and durable_order:
-        return durable_order[0]
+    """The winner for `reason`: the first durable territory in the referee's order when
+    there is one, otherwise the `winner` rule (None unless some territory is durable)."""
     if reason == "aborted":
         return None
+    durable = {s.territory for s in standings if s.durable}
+    for territory in durable_order:
+        if territory in durable:
+            return territory
     return winner(standings)

@@ -1,0 +1,107 @@
+"""The `opsarena/<challenge>` Inspect tasks: one per built-in challenge, scored by our referee.
+
+Discovered from `opsarena.challenges` when Inspect loads the entry point: a challenge
+named `durable-records` becomes the task `opsarena/durable_records`. Each task has one
+sample whose input is the challenge's brief, runs it in a fresh `opsarena` host (after
+the referee's preflight), lets the agent work (by default Inspect's react agent with
+bash and a text editor in the host), and scores the host with the referee from
+outside once the agent has submitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inspect_ai import Task, task
+from inspect_ai.agent import react
+from inspect_ai.dataset import Sample
+from inspect_ai.solver import Solver
+from inspect_ai.tool import bash, text_editor
+from inspect_ai.util import SandboxEnvironmentSpec
+
+from opsarena.challenges.catalog import builtin_names, find_challenge
+from opsarena.integrations.inspect.sandbox import MATCH_PREFIX, OpsarenaSandboxConfig
+from opsarena.integrations.inspect.scorer import preflight, referee
+
+BASH_TIMEOUT_S = 180
+"""Longest one bash or editor call may run before its whole process tree is killed."""
+
+DEFAULT_MESSAGE_LIMIT = 200
+
+
+def task_name(challenge: str) -> str:
+    """The Inspect task name of a challenge (`durable-records` -> `durable_records`)."""
+    return challenge.replace("-", "_")
+
+
+def default_agent(bash_timeout: int = BASH_TIMEOUT_S) -> Solver:
+    """Inspect's react agent with bash and the text editor, both in the sample's host."""
+    return react(  # type: ignore[return-value]
+        tools=[bash(timeout=bash_timeout), text_editor(timeout=bash_timeout)],
+    )
+
+
+def sample_input(brief: str, total_points: int) -> str:
+    """The challenge's brief, plus when the judging happens here: in a match the
+    referee judges while the competitor works; in an Inspect sample it judges once,
+    after the agent submits. Pure."""
+    return (
+        f"{brief.strip()}\n\n"
+        "WHEN YOU ARE JUDGED HERE\n"
+        "In this evaluation the referee judges your host once, after you call submit(): "
+        "it runs every milestone in order, with the unit restart and the host reboot, "
+        f"and your score is the points you earn then (out of {total_points}). Nothing is "
+        "checked before you submit and you get no feedback, so test your service yourself "
+        "first."
+    )
+
+
+def challenge_task(
+    challenge: str,
+    *,
+    solver: Solver | None = None,
+    message_limit: int = DEFAULT_MESSAGE_LIMIT,
+    image: str | None = None,
+    match_prefix: str = MATCH_PREFIX,
+) -> Task:
+    """The task of `challenge` (a built-in name or a challenge file's path). `image`
+    replaces the challenge's host image; `match_prefix` starts the hosts' match ids."""
+    loaded = find_challenge(challenge)
+    config = OpsarenaSandboxConfig(challenge=challenge, image=image, match_prefix=match_prefix)
+    return Task(
+        dataset=[
+            Sample(
+                id=loaded.name,
+                input=sample_input(loaded.brief, loaded.total_points),
+                metadata={"challenge": loaded.name, "title": loaded.title},
+            )
+        ],
+        setup=preflight(challenge),
+        solver=solver or default_agent(),
+        scorer=referee(challenge),
+        sandbox=SandboxEnvironmentSpec("opsarena", config),
+        time_limit=loaded.time_limit_s,
+        message_limit=message_limit,
+    )
+
+
+def _register(challenge: str) -> Callable[..., Task]:
+    def make(
+        message_limit: int = DEFAULT_MESSAGE_LIMIT,
+        image: str | None = None,
+        match_prefix: str = MATCH_PREFIX,
+    ) -> Task:
+        return challenge_task(
+            challenge, message_limit=message_limit, image=image, match_prefix=match_prefix
+        )
+
+    name = task_name(challenge)
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = f"The opsarena challenge {challenge!r}, scored by the opsarena referee."
+    return task(name=name)(make)
+
+
+TASKS: dict[str, Callable[..., Task]] = {task_name(n): _register(n) for n in builtin_names()}
+"""Every built-in challenge's task factory, by task name (registered with Inspect)."""
+
+globals().update(TASKS)
