@@ -27,7 +27,7 @@ from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.challenges.catalog import challenge_source, place_challenge
 from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import brief_for
+from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.errors import HostError, MatchError, OpsArenaError
 from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
 from opsarena.hosts.image import build_image, image_for
@@ -339,7 +339,7 @@ class Controller:
                 host=territory.host,
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
-                params={"port": plan.challenge.port, "unit": plan.challenge.unit},
+                params=agent_params(plan.challenge, plan.seed),
             )
         for territory in self._territories.values():
             territory.task = asyncio.create_task(

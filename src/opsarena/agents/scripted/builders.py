@@ -44,6 +44,8 @@ from opsarena.agents.scripted.deploy import (
     nginx_unit,
     records_unit,
     service_target,
+    tls_issue_script,
+    tls_server_args,
 )
 from opsarena.hosts import ExecResult, Host
 
@@ -104,6 +106,9 @@ class RecordsServiceBuilder(ScriptedBuilder):
     health_body: ClassVar[str] = "ready"
     enable: ClassVar[bool] = True
     flaw: ClassVar[str | None] = None
+    tls_flaw: ClassVar[str | None] = None
+    """For `tls-gateway` (`deploy.TLS_FLAWS`); a builder with one deploys like
+    `reference` elsewhere."""
     start_delay_s: ClassVar[int] = 0
     wait: ClassVar[bool] = True
 
@@ -113,6 +118,15 @@ class RecordsServiceBuilder(ScriptedBuilder):
         script = resources.files("opsarena.agents.scripted").joinpath(_SERVER_SCRIPT).read_bytes()
         script_path = f"{target.program_dir}/{_SERVER_SCRIPT}"
         await host.write_file(script_path, script)
+        extra: tuple[str, ...] = ()
+        if target.tls:
+            issued = await host.exec(
+                tls_issue_script(target, self_signed=self.tls_flaw == "self-signed"),
+                timeout=60.0,
+            )
+            if not issued.ok:
+                return issued
+            extra = tls_server_args(target, self.tls_flaw)
         unit = records_unit(
             target,
             script_path,
@@ -121,6 +135,7 @@ class RecordsServiceBuilder(ScriptedBuilder):
             builder=self.name,
             flaw=self.flaw,
             start_delay_s=self.start_delay_s,
+            extra_args=extra,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -289,3 +304,35 @@ class IdleBuilder(ScriptedBuilder):
 
     def describe(self, target: ServiceTarget) -> str:
         return "idle: did nothing, by design"
+
+
+class TlsSelfSignedBuilder(ReferenceBuilder):
+    """`tls-gateway`: a self-signed certificate (fails `tls-up`: certificate_untrusted)."""
+
+    name = "tls-self-signed"
+    model = "scripted/tls-self-signed"
+    tls_flaw = "self-signed"
+
+
+class TlsLegacyBuilder(ReferenceBuilder):
+    """`tls-gateway`: accepts TLS 1.0 (fails `modern-tls`: old_tls_accepted)."""
+
+    name = "tls-legacy"
+    model = "scripted/tls-legacy"
+    tls_flaw = "legacy"
+
+
+class TlsNoRedirectBuilder(ReferenceBuilder):
+    """`tls-gateway`: serves the API on plain 80 (fails `http-redirect`: no_redirect)."""
+
+    name = "tls-no-redirect"
+    model = "scripted/tls-no-redirect"
+    tls_flaw = "no-redirect"
+
+
+class TlsNoHstsBuilder(ReferenceBuilder):
+    """`tls-gateway`: no Strict-Transport-Security header (fails `hsts`: hsts_missing)."""
+
+    name = "tls-no-hsts"
+    model = "scripted/tls-no-hsts"
+    tls_flaw = "no-hsts"

@@ -16,6 +16,10 @@ from opsarena.agents.scripted.builders import (
     ScriptedBuilder,
     SizeLimitedBuilder,
     SlowStartBuilder,
+    TlsLegacyBuilder,
+    TlsNoHstsBuilder,
+    TlsNoRedirectBuilder,
+    TlsSelfSignedBuilder,
     VolatileBuilder,
     WebdavBuilder,
     WrongHealthBuilder,
@@ -40,6 +44,10 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         NoOverwriteBuilder,
         RacyBuilder,
         SlowStartBuilder,
+        TlsSelfSignedBuilder,
+        TlsLegacyBuilder,
+        TlsNoRedirectBuilder,
+        TlsNoHstsBuilder,
     )
 }
 
