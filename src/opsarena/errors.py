@@ -116,3 +116,8 @@ class ServeError(OpsArenaError):
 class HostDownError(HostUnavailableError):
     """The host stopped by itself (its init was killed for lack of memory, or exited)
     while the arena was not rebooting it: the competitor's doing, not the arena's."""
+
+
+class TournamentError(OpsArenaError):
+    """A tournament file is missing or invalid (one line per problem, naming the file and
+    the field), or a tournament id is unknown or cannot be resumed."""

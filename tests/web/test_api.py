@@ -165,6 +165,8 @@ def test_openapi_schema_lists_the_api(scoreboard: str) -> None:
         "/api/matches/{match_id}/events",
         "/api/matches/{match_id}/stream",
         "/api/stream",
+        "/api/tournaments/{tournament_id}",
+        "/api/tournaments/{tournament_id}/stream",
     }
     stream = schema["paths"]["/api/matches/{match_id}/stream"]["get"]["responses"]["200"]
     assert "text/event-stream" in stream["content"]

@@ -18,6 +18,7 @@ from opsarena.errors import EventLogError, MatchNotFoundError
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.store import DB_ENV, EventStore, StoredEvent, open_store
+from opsarena.tournament.record import is_tournament_stream
 
 DbOption = Annotated[
     str | None,
@@ -186,6 +187,8 @@ def ls(
 async def _ls_rows(store: EventStore, limit: int) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for summary in await store.list_matches(limit):
+        if is_tournament_stream(summary.match_id):
+            continue  # `opsarena tournament ls` lists those
         created = summary.created_wall[:19].replace("T", " ")
         try:
             record = fold_events(await store.read(summary.match_id))

@@ -185,6 +185,11 @@ class Controller:
         self._abort_why = why
         self._abort.set()
 
+    @property
+    def abort_reason(self) -> str:
+        """Why the match was asked to abort (`SIGINT`, `SIGTERM`, ...); empty if it was not."""
+        return self._abort_why
+
     async def run(self) -> MatchRecord:
         """Run the whole match and return its final record.
 
