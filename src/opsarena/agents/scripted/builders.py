@@ -37,12 +37,15 @@ from typing import ClassVar
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.scripted.deploy import (
+    SANDBOX_LINES,
     ServiceTarget,
     Storage,
     activation_script,
+    hardened_script,
     nginx_config,
     nginx_unit,
     records_unit,
+    sandbox_script,
     service_target,
     tls_issue_script,
     tls_server_args,
@@ -109,6 +112,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
     tls_flaw: ClassVar[str | None] = None
     """For `tls-gateway` (`deploy.TLS_FLAWS`); a builder with one deploys like
     `reference` elsewhere."""
+    hardened_flaw: ClassVar[str | None] = None
+    """For `hardened-service` (`deploy.HARDENED_FLAWS`); likewise."""
     start_delay_s: ClassVar[int] = 0
     wait: ClassVar[bool] = True
 
@@ -127,6 +132,16 @@ class RecordsServiceBuilder(ScriptedBuilder):
             if not issued.ok:
                 return issued
             extra = tls_server_args(target, self.tls_flaw)
+        lines, user = "", None
+        if target.challenge == "hardened-service":
+            removed = await host.exec(
+                hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw),
+                timeout=60.0,
+            )
+            if not removed.ok:
+                return removed
+            lines = "" if self.hardened_flaw == "writable" else SANDBOX_LINES
+            user = "root" if self.hardened_flaw == "root" else None
         unit = records_unit(
             target,
             script_path,
@@ -136,6 +151,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
             flaw=self.flaw,
             start_delay_s=self.start_delay_s,
             extra_args=extra,
+            service_lines=lines,
+            user=user,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -336,3 +353,36 @@ class TlsNoHstsBuilder(ReferenceBuilder):
     name = "tls-no-hsts"
     model = "scripted/tls-no-hsts"
     tls_flaw = "no-hsts"
+
+
+class HardenedRootBuilder(ReferenceBuilder):
+    """`hardened-service`: the service runs as root (fails `service-user`)."""
+
+    name = "hardened-root"
+    model = "scripted/hardened-root"
+    hardened_flaw = "root"
+
+
+class HardenedPlantedLeftBuilder(ReferenceBuilder):
+    """`hardened-service`: leaves the planted listener (fails `only-listener`)."""
+
+    name = "hardened-planted-left"
+    model = "scripted/hardened-planted-left"
+    hardened_flaw = "planted-left"
+
+
+class HardenedStoppedOnlyBuilder(ReferenceBuilder):
+    """`hardened-service`: stops the planted listener but leaves it enabled (fails
+    `host-reboot`: it is back after the reboot)."""
+
+    name = "hardened-stopped-only"
+    model = "scripted/hardened-stopped-only"
+    hardened_flaw = "stopped-only"
+
+
+class HardenedWritableBuilder(ReferenceBuilder):
+    """`hardened-service`: no write sandbox (fails `write-sandbox`)."""
+
+    name = "hardened-writable"
+    model = "scripted/hardened-writable"
+    hardened_flaw = "writable"

@@ -5,6 +5,10 @@ from __future__ import annotations
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedRootBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
     IdleBuilder,
     IgnoreIdsBuilder,
     InMemoryBuilder,
@@ -48,6 +52,10 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         TlsLegacyBuilder,
         TlsNoRedirectBuilder,
         TlsNoHstsBuilder,
+        HardenedRootBuilder,
+        HardenedPlantedLeftBuilder,
+        HardenedStoppedOnlyBuilder,
+        HardenedWritableBuilder,
     )
 }
 
