@@ -11,8 +11,8 @@ host's disk their user could write (an lstat-only walk of `/proc/<init>/root`, m
 filesystems skipped, capabilities that pass permissions counted as writing anything).
 systemd's ProtectSystem= cannot work on these hosts (no mount namespaces to give),
 so the sandbox is judged by permissions, as the kernel would enforce them. The host's
-init pid comes from the driver (`PodmanHost._init_pid`); the host-trust interface (`port_owners`) replaces that
-once it is in main.
+init pid comes from the driver (`PodmanHost._init_pid`); the host-trust interface
+(`port_owners`) replaces that once it is in main.
 """
 
 from __future__ import annotations
