@@ -22,6 +22,13 @@ referee decides what it really earned. Designed verdicts:
 | racy         | pass                  | wrong_record     |            |                  |
 | slow-start   | pass (after 6 s)      | pass       | pass             | pass                   |
 
+`tls-gateway` and `hardened-service` are passed by `reference` too (it reads the
+challenge's name and brief variables from `params`); their flawed builders
+(tls-self-signed, tls-legacy, tls-no-redirect, tls-no-hsts; hardened-root,
+hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
+`deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
+docs/CHALLENGES.md.
+
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
 server starts and whose agent ends right after `systemctl enable --now`, without waiting:
