@@ -317,9 +317,13 @@ async def test_idle_leaves_nothing_listening(histories: dict[str, History]) -> N
 # --- registry and pure decisions ----------------------------------------------------------
 
 
+DURABILITY_BUILDERS = ("no-fsync", "ack-before-write", "no-restart", "fsync-no-dirsync")
+"""Calibrated against the crash and power-cut faults in tests/hosts/test_faults.py."""
+
+
 def test_registry_knows_every_builder() -> None:
-    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS)
-    for name in BUILDERS + CALIBRATION_BUILDERS:
+    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS)
+    for name in BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS:
         builder = get_scripted(name)
         assert builder.name == name and builder.model == f"scripted/{name}"
 

@@ -18,6 +18,7 @@ from opsarena.cli import records as records_cli
 from opsarena.cli import run as run_cli
 from opsarena.cli import serve as serve_cli
 from opsarena.cli import tournament as tournament_cli
+from opsarena.cli import verify as verify_cli
 from opsarena.cli.output import fail
 from opsarena.errors import OpsArenaError
 
@@ -42,6 +43,7 @@ app.command("ls")(records_cli.ls)
 app.command("events")(records_cli.events)
 app.command("serve")(serve_cli.serve)
 app.command("leaderboard")(tournament_cli.leaderboard_command)
+app.command("verify")(verify_cli.verify)
 
 
 def main(argv: list[str] | None = None) -> None:

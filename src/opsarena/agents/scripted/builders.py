@@ -123,6 +123,10 @@ class RecordsServiceBuilder(ScriptedBuilder):
     """For `hardened-service` (`deploy.HARDENED_FLAWS`); likewise."""
     start_delay_s: ClassVar[int] = 0
     wait: ClassVar[bool] = True
+    durability: ClassVar[str] = "full"
+    """The server's `--durability` mode (see `records_server.py`)."""
+    restart: ClassVar[bool] = True
+    """Whether the unit has `Restart=always`."""
 
     async def deploy(
         self, host: Host, target: ServiceTarget, *, wait_seconds: float
@@ -160,6 +164,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
             extra_args=extra,
             service_lines=lines,
             user=user,
+            durability=self.durability,
+            restart=self.restart,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -170,14 +176,22 @@ class RecordsServiceBuilder(ScriptedBuilder):
         )
 
     def describe(self, target: ServiceTarget) -> str:
+        how = {
+            "full": "fsync + atomic rename + directory fsync",
+            "no-fsync": "written in place, never fsynced",
+            "no-dirsync": "fsync + rename, no directory fsync",
+            "ack-before-write": "acknowledged first, stored durably seconds later",
+        }[self.durability]
         where = {
-            "disk": f"files under {target.state_dir}/records (fsync + atomic rename)",
+            "disk": f"files under {target.state_dir}/records ({how})",
             "run": f"files under {target.runtime_dir}/records",
             "memory": "process memory",
         }[self.storage]
         started = "enabled and started" if self.enable else "started (not enabled)"
         flaw = f"; flaw {self.flaw}" if self.flaw else ""
         delay = f"; the unit sleeps {self.start_delay_s} s first" if self.start_delay_s else ""
+        if not self.restart:
+            started += ", no Restart="
         return (
             f"{self.name}: stdlib Python records service on port {target.port}, "
             f"records in {where}, /health says {self.health_body!r}; {target.unit} {started}"

@@ -110,6 +110,7 @@ def records_server_command(
     flaw: str | None = None,
     start_delay_s: int = 0,
     extra_args: tuple[str, ...] = (),
+    durability: str = "full",
 ) -> str:
     """The `ExecStart=` line running the shared records server with these choices (a
     deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server;
@@ -120,6 +121,8 @@ def records_server_command(
     else:
         base = target.state_dir if storage == "disk" else target.runtime_dir
         argv += ["--storage", f"{base}/records"]
+        if durability != "full":
+            argv += ["--durability", durability]
     argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
     if flaw is not None:
         argv += ["--flaw", flaw]
@@ -142,12 +145,15 @@ def records_unit(
     extra_args: tuple[str, ...] = (),
     service_lines: str = "",
     user: str | None = None,
+    durability: str = "full",
+    restart: bool = True,
 ) -> str:
-    """The unit file of a Python records service (always `Restart=always`, installable
-    into multi-user.target; whether it is enabled is the builder's choice). With
-    `extra_args` (TLS on 443 and 80) the unprivileged user may bind ports below 1024.
-    `service_lines` are added to `[Service]` (sandboxing); `user` replaces the unit's
-    own user (a flaw: root)."""
+    """The unit file of a Python records service (`Restart=always` unless `restart` is
+    false, installable into multi-user.target; whether it is enabled is the builder's
+    choice). `durability` is the server's `--durability` mode. With `extra_args` (TLS
+    on 443 and 80) the unprivileged user may bind ports below 1024. `service_lines` are
+    added to `[Service]` (sandboxing); `user` replaces the unit's own user (a flaw:
+    root)."""
     directories = {
         "disk": f"StateDirectory={target.stem}\n",
         # Kept across restarts (the default removes it when the service stops), and
@@ -163,8 +169,10 @@ def records_unit(
         flaw=flaw,
         start_delay_s=start_delay_s,
         extra_args=extra_args,
+        durability=durability,
     )
     bind = "AmbientCapabilities=CAP_NET_BIND_SERVICE\n" if extra_args else ""
+    restart_lines = "Restart=always\nRestartSec=200ms\n" if restart else "Restart=no\n"
     return (
         "[Unit]\n"
         f"Description=records service (opsarena scripted builder {builder})\n\n"
@@ -175,8 +183,7 @@ def records_unit(
         f"{bind}"
         f"{service_lines}"
         f"ExecStart={exec_start}\n"
-        "Restart=always\n"
-        "RestartSec=200ms\n\n"
+        f"{restart_lines}\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
@@ -342,6 +349,9 @@ def activation_script(
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         "systemctl daemon-reload\n"
         f"systemctl {start} {target.unit}\n"
+        # What was installed is made durable, as a careful deployer does: a power cut
+        # must find the program, the unit and its enablement (crash-safe-records).
+        "sync\n"
     )
     if not wait:
         return head + "exit 0\n"

@@ -28,36 +28,36 @@ from opsarena.agents.scripted.builders import (
     WebdavBuilder,
     WrongHealthBuilder,
 )
+from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
 from opsarena.errors import UnknownBuilderError
 
-_BUILDERS: dict[str, type[ScriptedBuilder]] = {
-    builder.name: builder
-    for builder in (
-        ReferenceBuilder,
-        WebdavBuilder,
-        InMemoryBuilder,
-        VolatileBuilder,
-        NotEnabledBuilder,
-        WrongHealthBuilder,
-        IdleBuilder,
-        IgnoreIdsBuilder,
-        NewestOnlyBuilder,
-        BinaryUnsafeBuilder,
-        SizeLimitedBuilder,
-        FoundForMissingBuilder,
-        NoOverwriteBuilder,
-        RacyBuilder,
-        SlowStartBuilder,
-        TlsSelfSignedBuilder,
-        TlsLegacyBuilder,
-        TlsNoRedirectBuilder,
-        TlsNoHstsBuilder,
-        HardenedRootBuilder,
-        HardenedPlantedLeftBuilder,
-        HardenedStoppedOnlyBuilder,
-        HardenedWritableBuilder,
-    )
-}
+_ALL: tuple[type[ScriptedBuilder], ...] = (
+    ReferenceBuilder,
+    WebdavBuilder,
+    InMemoryBuilder,
+    VolatileBuilder,
+    NotEnabledBuilder,
+    WrongHealthBuilder,
+    IdleBuilder,
+    IgnoreIdsBuilder,
+    NewestOnlyBuilder,
+    BinaryUnsafeBuilder,
+    SizeLimitedBuilder,
+    FoundForMissingBuilder,
+    NoOverwriteBuilder,
+    RacyBuilder,
+    SlowStartBuilder,
+    *DURABILITY_BUILDERS,
+    TlsSelfSignedBuilder,
+    TlsLegacyBuilder,
+    TlsNoRedirectBuilder,
+    TlsNoHstsBuilder,
+    HardenedRootBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
+)
+_BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
 
 def scripted_names() -> list[str]:
