@@ -30,6 +30,9 @@ BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wron
 CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
+    # tls-gateway's and hardened-service's (tests/challenges/).
+    "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
+    "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
 )  # fmt: skip
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"

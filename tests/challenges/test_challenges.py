@@ -23,7 +23,7 @@ from opsarena.errors import ChallengeError
 SEED = Path(__file__).parent.parent / "data" / "seed-match-record.json"
 BUILTIN = (
     Path(__file__).resolve().parents[2]
-    / "src" / "opsarena" / "challenges" / "builtin" / "durable-records.toml"
+    / "src" / "opsarena" / "challenges" / "builtin" / "durable-records" / "challenge.toml"
 )  # fmt: skip
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 

@@ -72,7 +72,7 @@ def test_a_match_needing_an_unsupported_fault_is_refused_before_anything_is_made
 
 def test_the_cli_refuses_it_with_one_line_and_exit_2(tmp_path: Path) -> None:
     source = (Path(__file__).resolve().parents[2] / "src/opsarena/challenges/builtin"
-              / "durable-records.toml").read_text()  # fmt: skip
+              / "durable-records" / "challenge.toml").read_text()  # fmt: skip
     source += '\n[[milestones]]\nid = "chaos"\ntitle = "t"\npoints = 5\n'
     source += 'check = "fault-durability"\nfault = "partition"\n'
     path = tmp_path / "chaos.toml"

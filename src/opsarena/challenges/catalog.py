@@ -1,14 +1,23 @@
-"""Reading challenge files, and the built-in challenges shipped inside the package.
+"""Reading challenge directories, and the built-in challenges shipped inside the package.
 
-`load_challenge(path)` validates a TOML file completely (structure, then check names)
-and raises one `ChallengeError` whose `problems` has one line per problem, each naming
-the file, the field and what is wrong. Built-in challenges live in `builtin/*.toml`.
+A challenge is a directory: `challenge.toml`, optionally the checks file it names
+(`checks_file`, imported under a module name of its own so it may register checks and a
+setup), and optionally `files/`, a tree copied onto each host (same paths under `/`)
+before the agents start. `load_challenge(path)` takes the directory (or a lone TOML
+file, which then has no checks file nor files), validates all of it (structure, check
+names, setup and brief variables, files) and raises one `ChallengeError` whose
+`problems` has one line per problem, each naming the file, the field and what is wrong.
+Built-in challenges are the directories under `builtin/`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import re
+import sys
 import tomllib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,10 +31,26 @@ from opsarena.challenges.model import (
     Challenge,
     is_valid_name,
 )
+from opsarena.challenges.setup import setup_of, setup_problems
 from opsarena.errors import ChallengeError
+from opsarena.hosts import Host
 
 MAX_FILE_BYTES = 1024 * 1024
 """A challenge file larger than this is refused."""
+CHALLENGE_FILE = "challenge.toml"
+FILES_DIR = "files"
+MAX_PLACED_BYTES = 16 * 1024 * 1024
+"""All of a challenge's `files/` together may hold at most this many bytes."""
+
+
+@dataclass(frozen=True)
+class PlacedFile:
+    """One file of a challenge's `files/` tree: where it goes on the host, its bytes and
+    its permission bits."""
+
+    path: str
+    data: bytes
+    mode: int
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -88,8 +113,109 @@ def parse_challenge(source: str, text: str) -> Challenge:
     except tomllib.TOMLDecodeError as exc:
         problem = f"{source}: (file): not valid TOML: {exc}"
         raise ChallengeError(problem, [problem]) from None
+    return _validated(source, data)
+
+
+def _read_text(file: Path) -> str:
+    try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ChallengeError(f"{file}: (file): {size} bytes is over the {MAX_FILE_BYTES} limit")
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ChallengeError(f"{file}: (file): no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChallengeError(f"{file}: (file): cannot be read: {exc}") from None
+
+
+def _module_name(directory: Path, checks_file: str) -> str:
+    """A module name of the challenge directory's own (stable for one directory)."""
+    digest = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:12]
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", checks_file.removesuffix(".py"))
+    return f"opsarena_challenge_{digest}_{stem}"
+
+
+def import_checks_file(directory: Path, checks_file: str) -> str:
+    """Import `directory/checks_file` (once per process) and return its module name.
+    Raises `ChallengeError` when it is missing or raises on import."""
+    path = directory / checks_file
+    name = _module_name(directory, checks_file)
+    if name in sys.modules:
+        return name
+    if not path.is_file():
+        raise ChallengeError(f"{directory / CHALLENGE_FILE}: checks_file: no file {path}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ChallengeError(f"{path}: (file): cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ChallengeError(f"{path}: (file): importing it failed: {exc!r}") from None
+    return name
+
+
+def placed_files(challenge: Challenge) -> list[PlacedFile]:
+    """The files the challenge's `files/` tree places on each host, sorted by path.
+    Raises `ChallengeError` when one is a symlink or all of them are too large."""
+    if challenge.directory is None:
+        return []
+    root = challenge.directory / FILES_DIR
+    if not root.is_dir():
+        return []
+    placed: list[PlacedFile] = []
+    total = 0
+    for file in sorted(root.rglob("*")):
+        if file.is_symlink():
+            raise ChallengeError(f"{file}: (file): a symlink; files/ holds only plain files")
+        if not file.is_file():
+            continue
+        data = file.read_bytes()
+        total += len(data)
+        if total > MAX_PLACED_BYTES:
+            raise ChallengeError(f"{root}: (file): over {MAX_PLACED_BYTES} bytes in all")
+        target = "/" + file.relative_to(root).as_posix()
+        placed.append(PlacedFile(target, data, file.stat().st_mode & 0o7777))
+    return placed
+
+
+def load_challenge(path: str | Path) -> Challenge:
+    """Load and validate the challenge directory (or lone TOML file) at `path`. Raises
+    `ChallengeError` when anything is missing, unreadable, over a limit, or invalid."""
+    given = Path(path)
+    directory = given if given.is_dir() else None
+    file = given / CHALLENGE_FILE if directory is not None else given
+    text = _read_text(file)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        problem = f"{file}: (file): not valid TOML: {exc}"
+        raise ChallengeError(problem, [problem]) from None
+    checks_file = data.get("checks_file")
+    if isinstance(checks_file, str) and re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$", checks_file):
+        if directory is None:
+            problem = f"{file}: checks_file: only a challenge directory can have a checks file"
+            raise ChallengeError(problem, [problem])
+        try:
+            data = {**data, "checks_module": import_checks_file(directory, checks_file)}
+        except ChallengeError as exc:
+            raise ChallengeError(str(exc), [str(exc)]) from None
+    challenge = _validated(str(file), data)
+    challenge.attach_origin(given.resolve(), directory=directory is not None)
+    try:
+        placed_files(challenge)
+    except ChallengeError as exc:
+        raise ChallengeError(str(exc), [str(exc)]) from None
+    return challenge
+
+
+def _validated(source: str, data: dict[str, Any]) -> Challenge:
     challenge, problems = validation_problems(source, data)
-    if challenge is None:
+    if challenge is not None:
+        problems = [f"{source}: {line}" for line in setup_problems(challenge)]
+    if challenge is None or problems:
         summary = f"{source} is not a valid challenge ({len(problems)} problem(s)): " + "; ".join(
             p.removeprefix(f"{source}: ") for p in problems
         )
@@ -97,29 +223,15 @@ def parse_challenge(source: str, text: str) -> Challenge:
     return challenge
 
 
-def load_challenge(path: str | Path) -> Challenge:
-    """Load and validate the challenge file at `path`. Raises `ChallengeError` when it is
-    missing, unreadable, over `MAX_FILE_BYTES`, not TOML, or invalid."""
-    file = Path(path)
-    try:
-        size = file.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ChallengeError(f"{file}: (file): {size} bytes is over the {MAX_FILE_BYTES} limit")
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ChallengeError(f"{file}: (file): no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ChallengeError(f"{file}: (file): cannot be read: {exc}") from None
-    return parse_challenge(str(file), text)
+def builtin_root() -> Path:
+    """The directory holding the built-in challenge directories."""
+    return Path(str(resources.files("opsarena.challenges") / "builtin"))
 
 
 def builtin_names() -> list[str]:
     """Names of the built-in challenges, sorted."""
-    folder = resources.files("opsarena.challenges") / "builtin"
     return sorted(
-        entry.name.removesuffix(".toml")
-        for entry in folder.iterdir()
-        if entry.name.endswith(".toml")
+        entry.name for entry in builtin_root().iterdir() if (entry / CHALLENGE_FILE).is_file()
     )
 
 
@@ -129,13 +241,35 @@ def builtin_challenge(name: str) -> Challenge:
         raise ChallengeError(
             f"no built-in challenge named {name!r}: `opsarena challenges ls` lists them"
         )
-    resource = resources.files("opsarena.challenges") / "builtin" / f"{name}.toml"
-    return parse_challenge(f"builtin:{name}", resource.read_text(encoding="utf-8"))
+    return load_challenge(builtin_root() / name)
+
+
+def is_path(name_or_path: str) -> bool:
+    """Whether `name_or_path` names a file or directory rather than a built-in."""
+    return "/" in name_or_path or name_or_path.endswith(".toml") or name_or_path in (".", "..")
 
 
 def find_challenge(name_or_path: str) -> Challenge:
-    """A built-in challenge by name, or a challenge file by path (anything containing a
-    `/` or ending in `.toml`). Raises `ChallengeError`."""
-    if "/" in name_or_path or name_or_path.endswith(".toml"):
+    """A built-in challenge by name, or a challenge directory (or TOML file) by path
+    (anything containing a `/` or ending in `.toml`). Raises `ChallengeError`."""
+    if is_path(name_or_path):
         return load_challenge(name_or_path)
     return builtin_challenge(name_or_path)
+
+
+def challenge_source(challenge: Challenge) -> str:
+    """What finds `challenge` again (`find_challenge`): its name when it is the built-in
+    of that name (or was not loaded from disk), else the absolute path it came from."""
+    builtin = (builtin_root() / challenge.name).resolve()
+    if challenge.origin is None or challenge.origin == builtin:
+        return challenge.name
+    return str(challenge.origin)
+
+
+async def place_challenge(challenge: Challenge, host: Host, seed: bytes) -> None:
+    """Put what the challenge gives each host before its agent starts: its `files/` tree,
+    then whatever its setup places (derived from `seed`). Raises the host's
+    `OpsArenaError` (or `ChallengeError`)."""
+    for placed in placed_files(challenge):
+        await host.write_file(placed.path, placed.data, mode=placed.mode)
+    await setup_of(challenge).place(host, seed)

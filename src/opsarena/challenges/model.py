@@ -1,26 +1,37 @@
 """The challenge file format: pydantic models for a challenge and its ordered milestones.
 
-A challenge is a TOML file (stdlib `tomllib`) validated by `Challenge`. Unknown keys
-are errors, so a typo never silently falls back to a default.
+A challenge is a directory holding `challenge.toml` (stdlib `tomllib`), validated by
+`Challenge`, beside its optional checks file and `files/` tree (see
+`opsarena.challenges.catalog` and docs/CHALLENGES.md). Unknown keys are errors, so a
+typo never silently falls back to a default.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 CHECK_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
 MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 UNIT_PATTERN = r"^[A-Za-z0-9:_.@\\-]+\.service$"
+ANY_UNIT_PATTERN = r"^[A-Za-z0-9:_.@\\-]+\.(service|socket|timer|path|mount)$"
+REASON_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+PACKAGE_PATTERN = r"^[a-z0-9][a-z0-9+.-]{0,99}$"
+VARIABLE_PATTERN = r"\{\{([a-z_][a-z0-9_]*)\}\}"
+"""A placeholder in a brief (`{{server_name}}`), filled from the challenge's setup."""
 
 BUILTIN_CHECKS_MODULE = "opsarena.referee.checks"
 """The module whose import registers the referee's own checks (`health`, `write-read`,
 `restart-durability`, `reboot-durability`)."""
 
+T = TypeVar("T")
 Seconds = Annotated[float, Field(gt=0, le=3600)]
+ParamValue = str | int | float | bool | list[str] | list[int]
+"""A value of one per-milestone check parameter (`[milestones.params]`)."""
 
 
 class Milestone(BaseModel):
@@ -33,7 +44,8 @@ class Milestone(BaseModel):
     service has, after a fault (restart, reboot), to answer its health check again.
     `fault` names the registered fault (`opsarena.referee.nemesis`) a durability check
     injects; without it the check's own default (`restart-durability`: restart,
-    `reboot-durability`: reboot).
+    `reboot-durability`: reboot). `params` are the check's own parameters for this
+    milestone (a check reads them with `ctx.milestone.params`; the check documents them).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -48,6 +60,12 @@ class Milestone(BaseModel):
     max_header_bytes: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16 * 1024
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 2 * 1024 * 1024
     fault: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    params: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,63}$")], ParamValue] = {}
+
+    def param(self, name: str, default: T) -> T:
+        """The parameter `name` when set and of `default`'s type, else `default`."""
+        value = self.params.get(name, default)
+        return value if isinstance(value, type(default)) else default
 
 
 class Challenge(BaseModel):
@@ -76,7 +94,32 @@ class Challenge(BaseModel):
     settle_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
     feedback: bool = True
     checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] = BUILTIN_CHECKS_MODULE
+    checks_file: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$")] | None = None
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = []
+    units: list[Annotated[str, Field(pattern=ANY_UNIT_PATTERN)]] = []
+    packages: list[Annotated[str, Field(pattern=PACKAGE_PATTERN)]] = []
+    setup: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    failure_reasons: dict[
+        Annotated[str, Field(pattern=REASON_PATTERN)], Annotated[str, Field(min_length=1)]
+    ] = {}
     milestones: Annotated[list[Milestone], Field(min_length=1)]
+    _directory: Path | None = PrivateAttr(default=None)
+    _origin: Path | None = PrivateAttr(default=None)
+
+    @property
+    def directory(self) -> Path | None:
+        """The challenge directory it was loaded from (None for a lone file or text)."""
+        return self._directory
+
+    @property
+    def origin(self) -> Path | None:
+        """The directory or lone file it was loaded from (None for text)."""
+        return self._origin
+
+    def attach_origin(self, origin: Path, *, directory: bool) -> None:
+        """Remember where this challenge was loaded from (done by the loader)."""
+        self._origin = origin
+        self._directory = origin if directory else None
 
     @field_validator("brief")
     @classmethod
@@ -86,6 +129,16 @@ class Challenge(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _ports_and_units(self) -> Challenge:
+        if self.ports and self.port not in self.ports:
+            raise ValueError(f"ports must include port {self.port}")
+        if self.units and self.unit not in self.units:
+            raise ValueError(f"units must include unit {self.unit!r}")
+        if len(set(self.ports)) != len(self.ports) or len(set(self.units)) != len(self.units):
+            raise ValueError("ports and units must not repeat")
+        return self
+
+    @model_validator(mode="after")
     def _milestone_ids_unique(self) -> Challenge:
         seen: set[str] = set()
         for milestone in self.milestones:
@@ -93,6 +146,28 @@ class Challenge(BaseModel):
                 raise ValueError(f"milestone id {milestone.id!r} appears twice")
             seen.add(milestone.id)
         return self
+
+    @property
+    def all_ports(self) -> list[int]:
+        """Every port of the deployment (`ports`, or just `port`)."""
+        return list(self.ports) or [self.port]
+
+    @property
+    def all_units(self) -> list[str]:
+        """Every unit of the deployment (`units`, or just `unit`)."""
+        return list(self.units) or [self.unit]
+
+    def brief_variables(self) -> list[str]:
+        """The `{{variables}}` the brief uses, each once, in order."""
+        found: list[str] = []
+        for name in re.findall(VARIABLE_PATTERN, self.brief):
+            if name not in found:
+                found.append(name)
+        return found
+
+    def render_brief(self, variables: dict[str, str]) -> str:
+        """The brief with each `{{variable}}` replaced; a missing one is a `KeyError`."""
+        return re.sub(VARIABLE_PATTERN, lambda m: variables[m.group(1)], self.brief)
 
     @property
     def total_points(self) -> int:

@@ -128,6 +128,14 @@ def print_summary(record: MatchRecord) -> None:
         )
     header = ("territory", "agent", "host", "competitor", "points", "milestones", "current failure")
     lines += [columns(header, rows), ""]
+    first = next(iter(record.territories.values()), None)
+    if first is not None:
+        # Whatever the challenge's milestones are: their ids, titles and points, in order.
+        rows = [
+            (mid, str(m.points_available), record.milestone_titles.get(mid, ""))
+            for mid, m in first.milestones.items()
+        ]
+        lines += [columns(("milestone", "points", "title"), rows), ""]
     rows = []
     for name, territory in record.territories.items():
         ledger = territory.ledger

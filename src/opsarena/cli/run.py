@@ -151,7 +151,11 @@ ServeOption = Annotated[
 
 def run(
     challenge: Annotated[
-        str, typer.Option("--challenge", help="Built-in challenge name or challenge file.")
+        str,
+        typer.Option(
+            "--challenge",
+            help="Built-in challenge name, or a challenge directory (or TOML file) path.",
+        ),
     ] = "durable-records",
     builder: Annotated[
         list[str] | None,
@@ -378,7 +382,7 @@ def resume(
         record = asyncio.run(load_record(store, match_id))
         if record.match_state == "finished":
             raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")
-        challenge = find_challenge(record.challenge)
+        challenge = find_challenge(record.challenge_source or record.challenge)
 
         async def main() -> MatchRecord:
             viewer = asyncio.create_task(watch(store, match_id, console, live=live))

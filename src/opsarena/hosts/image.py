@@ -64,9 +64,13 @@ class ImageInfo:
     created: str
 
 
-def recipe_hash(suite: str = "bookworm", mirror: str | None = None) -> str:
-    """A short hash of everything that decides what the image contains."""
-    recipe = {
+def recipe_hash(
+    suite: str = "bookworm", mirror: str | None = None, extra: tuple[str, ...] = ()
+) -> str:
+    """A short hash of everything that decides what the image contains. `extra` are
+    packages a challenge adds (they enter the hash only when there are some, so the
+    default image's recipe, and tag, never change)."""
+    recipe: dict[str, object] = {
         "suite": suite,
         "mirror": mirror or "",
         "variant": "minbase",
@@ -74,7 +78,19 @@ def recipe_hash(suite: str = "bookworm", mirror: str | None = None) -> str:
         "hooks": CUSTOMIZE_HOOKS,
         "changes": IMPORT_CHANGES,
     }
+    if extra:
+        recipe["extra"] = sorted(set(extra))
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def image_for(packages: tuple[str, ...] | list[str], base: str = DEFAULT_IMAGE) -> str:
+    """The image a challenge runs on: `base` itself when it adds no packages, else a tag
+    derived from the recipe with them (`localhost/opsarena-host:bookworm-<hash>`), so two
+    challenges with the same additions share one image. Pure."""
+    if not packages:
+        return base
+    repository = base.rsplit(":", 1)[0] if ":" in base.rsplit("/", 1)[-1] else base
+    return f"{repository}:bookworm-{recipe_hash(extra=tuple(packages))}"
 
 
 async def _podman(*args: str, timeout: float = 120.0) -> tuple[int, str, str]:
@@ -144,6 +160,7 @@ async def build_image(
     *,
     force: bool = False,
     mirror: str | None = None,
+    extra: tuple[str, ...] = (),
     progress: Callable[[str], None] = lambda _line: None,
 ) -> bool:
     """Build image `name` unless it already matches the recipe; return True if built.
@@ -154,7 +171,7 @@ async def build_image(
     """
     check_image_name(name)
     mirror = mirror or os.environ.get("OPSARENA_DEBIAN_MIRROR") or None
-    wanted = recipe_hash(mirror=mirror)
+    wanted = recipe_hash(mirror=mirror, extra=extra)
     current = await image_recipe(name)
     if current == wanted and not force:
         progress(f"{name} is up to date (recipe {wanted})")
@@ -165,12 +182,13 @@ async def build_image(
     workdir = tempfile.mkdtemp(prefix="opsarena-image-", dir="/var/tmp")
     try:
         tarball = os.path.join(workdir, "rootfs.tar")
-        argv = [mmdebstrap, "--variant=minbase", "--include=" + ",".join(PACKAGES)]
+        packages = (*PACKAGES, *sorted(set(extra)))
+        argv = [mmdebstrap, "--variant=minbase", "--include=" + ",".join(packages)]
         argv += [f"--customize-hook={hook}" for hook in CUSTOMIZE_HOOKS]
         argv += ["bookworm", tarball]
         if mirror:
             argv.append(mirror)
-        progress(f"building the Debian bookworm tree with mmdebstrap ({len(PACKAGES)} packages)")
+        progress(f"building the Debian bookworm tree with mmdebstrap ({len(packages)} packages)")
         await _stream(argv, progress, BUILD_TIMEOUT)
         progress(f"importing into podman as {name}")
         args = ["import"]

@@ -27,9 +27,12 @@ from opsarena.agents.human import done_token, operator_key, proof_holds
 from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.agents.throttle import ThrottledHost
+from opsarena.challenges.catalog import challenge_source, place_challenge
 from opsarena.challenges.model import Challenge
+from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
 from opsarena.hosts import FAULT_POWER_CUT, Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.hosts.image import build_image, image_for
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.events import (
     AgentEnded,
@@ -147,6 +150,11 @@ class Controller:
         self._clock_offset_ms = 0
         self._abort = asyncio.Event()
         self._abort_why = ""
+        self._image = (
+            image_for(plan.challenge.packages, plan.challenge.image)
+            if plan.challenge.packages
+            else plan.challenge.image
+        )
         self._territories: dict[str, _Territory] = {}
         self._closed = False
         self._finished = False
@@ -326,12 +334,14 @@ class Controller:
                 match_id=self.match_id,
                 challenge=plan.challenge.name,
                 challenge_title=plan.challenge.title,
+                challenge_source=challenge_source(plan.challenge),
                 seed_commitment=seed_commitment(self.match_id, plan.nonce, plan.seed),
                 finish_mode=plan.finish,
                 time_limit_s=plan.time_limit_s,
                 drain_s=plan.drain_s,
                 milestones=[
-                    MilestoneSpec(id=m.id, points=m.points) for m in plan.challenge.milestones
+                    MilestoneSpec(id=m.id, points=m.points, title=m.title)
+                    for m in plan.challenge.milestones
                 ],
                 territories={
                     name: TerritorySpec(
@@ -350,7 +360,7 @@ class Controller:
         spec = HostSpec(
             match_id=self.match_id,
             territory=name,
-            image=challenge.image,
+            image=self._image,
             # Only a challenge that cuts the power pays for a disk that can lose it.
             power_cut=FAULT_POWER_CUT in faults_needed(challenge),
         )
@@ -361,6 +371,11 @@ class Controller:
             await self.emit(HostFailed(territory=name, error=str(exc)))
             return f"host for {name} could not be provisioned: {exc}"
         self._territories[name].host = host
+        try:
+            await place_challenge(self.plan.challenge, host, self.plan.seed)
+        except OpsArenaError as exc:
+            await self.emit(HostFailed(territory=name, error=f"placing the challenge: {exc}"))
+            return f"the challenge could not be placed on {name}'s host: {exc}"
         await self.emit(
             HostProvisioned(
                 territory=name,
@@ -379,6 +394,9 @@ class Controller:
     async def _provision_and_preflight(self) -> str | None:
         """Provision every host in parallel, then preflight each; the first problem, if any."""
         names = list(self._territories)
+        if self.plan.challenge.packages and self.plan.driver == "podman":
+            # Built once per recipe and cached (a label on the image), like the default.
+            await build_image(self._image, extra=tuple(self.plan.challenge.packages))
         problems = await asyncio.gather(*(self._provision_one(n) for n in names))
         failures = [p for p in problems if p]
         if failures:
@@ -399,11 +417,11 @@ class Controller:
             territory.ctx = AgentContext(
                 match_id=self.match_id,
                 territory=name,
-                brief=plan.challenge.brief,
+                brief=brief_for(plan.challenge, plan.seed),
                 host=ThrottledHost(territory.host),  # the per-competitor cap
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
-                params={"port": plan.challenge.port, "unit": plan.challenge.unit},
+                params=agent_params(plan.challenge, plan.seed),
             )
         for territory in self._territories.values():
             territory.task = asyncio.create_task(

@@ -46,6 +46,7 @@ class MilestoneSpec(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
     id: str
     points: int = Field(ge=0)
+    title: str = ""
 
 
 class TerritorySpec(BaseModel):
@@ -70,6 +71,9 @@ class MatchCreated(EventData):
     drain_s: float
     milestones: list[MilestoneSpec] = Field(min_length=1)
     territories: dict[str, TerritorySpec] = Field(min_length=1)
+    challenge_source: str = ""
+    """What finds the challenge again (`find_challenge`): a built-in's name or the
+    absolute path of its directory; empty in logs older than challenge directories."""
 
     @model_validator(mode="after")
     def _committed(self) -> MatchCreated:

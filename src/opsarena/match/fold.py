@@ -337,6 +337,8 @@ class RecordFolder:
             match_id=data.match_id,
             challenge=data.challenge,
             challenge_title=data.challenge_title,
+            challenge_source=data.challenge_source,
+            milestone_titles={spec.id: spec.title for spec in data.milestones if spec.title},
             seed=data.seed,
             seed_commitment=data.seed_commitment,
             finish_mode=data.finish_mode,

@@ -105,6 +105,8 @@ class MatchRecord(_Record):
     match_id: str
     challenge: str
     challenge_title: str
+    challenge_source: str = ""
+    milestone_titles: dict[str, str] = {}
     seed: str | None = None
     """The match seed (hex), null until `match_closed` reveals it (docs/MATCHES.md)."""
     seed_commitment: str | None = None

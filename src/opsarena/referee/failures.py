@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import h11
 
 from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
+from opsarena.challenges.model import Challenge
 from opsarena.errors import (
     HostBootError,
     HostDownError,
@@ -90,6 +91,29 @@ REASONS: dict[str, Reason] = dict(
         _row("internal_error", _R, "a bug in the referee or a check"),
     ]
 )
+
+
+
+def table_for(challenge: Challenge) -> dict[str, Reason]:
+    """The failure table a challenge's verdicts are held to: `REASONS` plus the rows its
+    `failure_reasons` adds (each the competitor's fault). Pure."""
+    added = {
+        reason: Reason(reason, VERIFICATION_FAILED, meaning)
+        for reason, meaning in challenge.failure_reasons.items()
+        if reason not in REASONS
+    }
+    return {**REASONS, **added}
+
+
+def reason_problems(challenge: Challenge) -> list[str]:
+    """One line per reason the challenge adds that the referee's table has already. Pure."""
+    return [
+        f"failure_reasons.{reason}: the referee's table has this reason already "
+        f"({REASONS[reason].meaning})"
+        for reason in challenge.failure_reasons
+        if reason in REASONS
+    ]
+
 
 # Order matters: the first row whose type matches wins (subclasses before bases).
 _ERROR_TABLE: tuple[tuple[type[BaseException], str], ...] = (

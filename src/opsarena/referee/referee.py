@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from opsarena.challenges.checks import (
 from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee.failures import REASONS, describe_error
+from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
 from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
 from opsarena.referee.records import derive_record
@@ -111,12 +111,13 @@ class PreflightResult:
     verdict: Verdict
 
 
-def enforce_table(verdict: Verdict) -> Verdict:
-    """`verdict` when its failure_reason is a row of the failure table whose category
-    matches the outcome; otherwise a referee_error `internal_error` saying so. Pure."""
+def enforce_table(verdict: Verdict, table: Mapping[str, Reason] = REASONS) -> Verdict:
+    """`verdict` when its failure_reason is a row of the failure table (`table`: the
+    challenge's, see `table_for`) whose category matches the outcome; otherwise a
+    referee_error `internal_error` saying so. Pure."""
     if verdict.outcome == "passed":
         return verdict
-    row = REASONS.get(verdict.failure_reason or "")
+    row = table.get(verdict.failure_reason or "")
     if row is None or row.category != verdict.failure_category:
         return Verdict.referee_error(
             "internal_error",
@@ -471,7 +472,7 @@ class Referee:
             verdict = Verdict.referee_error(
                 "internal_error", f"check {milestone.check} raised {describe_error(exc)}"
             )
-        return enforce_table(verdict)
+        return enforce_table(verdict, table_for(self.challenge))
 
     async def _inject_fault(
         self, territory: str, milestone: str, attempt: int, kind: FaultKind

@@ -33,6 +33,7 @@ import contextlib
 import os
 import re
 import signal
+import ssl
 import sys
 import tempfile
 import threading
@@ -217,12 +218,50 @@ class RecordsServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(
-        self, address: tuple[str, int], *, records: Records, health_body: bytes, max_body: int
+        self,
+        address: tuple[str, int],
+        *,
+        records: Records,
+        health_body: bytes,
+        max_body: int,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.records = records
         self.health_body = health_body
         self.max_body = max_body
+        self.headers = headers
         super().__init__(address, RecordsHandler)
+
+
+class RedirectServer(ThreadingHTTPServer):
+    """Plain HTTP answering every request with a permanent redirect to https."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], *, server_name: str) -> None:
+        self.server_name_for_redirect = server_name
+        super().__init__(address, RedirectHandler)
+
+
+class RedirectHandler(BaseHTTPRequestHandler):
+    """301 to `https://NAME/the same path`."""
+
+    protocol_version = "HTTP/1.1"
+    server: RedirectServer
+
+    def _redirect(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.send_response(301)
+        self.send_header("Location", f"https://{self.server.server_name_for_redirect}{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _redirect
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
 
 
 class RecordsHandler(BaseHTTPRequestHandler):
@@ -243,6 +282,8 @@ class RecordsHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in self.server.headers:
+            self.send_header(name, value)
         self.end_headers()
         if send_body:
             self.wfile.write(body)
@@ -351,7 +392,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--health-body", default="ready")
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY)
     parser.add_argument("--flaw", choices=sorted(FLAWS))
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM chain)")
+    parser.add_argument("--tls-key", help="the certificate's key (PEM)")
+    parser.add_argument("--tls-min", choices=("1.0", "1.2"), default="1.2")
+    parser.add_argument("--hsts", action="store_true", help="send Strict-Transport-Security")
+    parser.add_argument("--plain-port", type=int, help="also listen for plain HTTP here")
+    parser.add_argument("--plain-mode", choices=("redirect", "serve"), default="redirect")
+    parser.add_argument("--server-name", default="localhost", help="the name redirects go to")
     return parser.parse_args(argv)
+
+
+def tls_context(cert: str, key: str, minimum: str) -> ssl.SSLContext:
+    """The server's TLS settings; `minimum` "1.0" deliberately accepts TLS 1.0 (a flaw)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if minimum == "1.0":
+        context.minimum_version = ssl.TLSVersion.TLSv1
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    else:
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -372,12 +432,32 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
 
         signal.signal(signal.SIGTERM, stop)
+    headers = (("Strict-Transport-Security", "max-age=31536000"),) if args.hsts else ()
     server = RecordsServer(
         (args.bind, args.port),
         records=records,
         health_body=args.health_body.encode(),
         max_body=args.max_body,
+        headers=headers,
     )
+    if args.tls_cert:
+        context = tls_context(args.tls_cert, args.tls_key, args.tls_min)
+        # The handshake happens in the request's thread, not in accept().
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    if args.plain_port:
+        plain: ThreadingHTTPServer
+        if args.plain_mode == "redirect":
+            plain = RedirectServer((args.bind, args.plain_port), server_name=args.server_name)
+        else:
+            plain = RecordsServer(
+                (args.bind, args.plain_port),
+                records=records,
+                health_body=args.health_body.encode(),
+                max_body=args.max_body,
+            )
+        threading.Thread(target=plain.serve_forever, daemon=True).start()
     server.serve_forever()
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedRootBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
     IdleBuilder,
     IgnoreIdsBuilder,
     InMemoryBuilder,
@@ -16,6 +20,10 @@ from opsarena.agents.scripted.builders import (
     ScriptedBuilder,
     SizeLimitedBuilder,
     SlowStartBuilder,
+    TlsLegacyBuilder,
+    TlsNoHstsBuilder,
+    TlsNoRedirectBuilder,
+    TlsSelfSignedBuilder,
     VolatileBuilder,
     WebdavBuilder,
     WrongHealthBuilder,
@@ -40,6 +48,14 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     RacyBuilder,
     SlowStartBuilder,
     *DURABILITY_BUILDERS,
+    TlsSelfSignedBuilder,
+    TlsLegacyBuilder,
+    TlsNoRedirectBuilder,
+    TlsNoHstsBuilder,
+    HardenedRootBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
 )
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
