@@ -31,8 +31,8 @@ title = "Up"
 points = 10
 check = "no-such-check"
 """
-NEEDS_TELEPORT = UNKNOWN_CHECK.replace('check = "no-such-check"', 'check = "health"').replace(
-    "time_limit_s = 60\n", 'time_limit_s = 60\nfaults = ["teleport"]\n'
+NEEDS_TELEPORT = UNKNOWN_CHECK.replace(
+    'check = "no-such-check"', 'check = "fault-durability"\nfault = "teleport"'
 )
 DUPLICATE_TERRITORY = '[territories.a]\nagent = "human"\n[territories.a]\nagent = "human"\n'
 IMPOSSIBLE_LIMITS = '[territories.a]\nagent = "llm:m"\nlimits = { turns = -1 }\n'
@@ -55,7 +55,7 @@ CASES: list[tuple[str, list[str], str]] = [
     (
         "run",
         ["--builder", "a=scripted:idle", "--challenge", "{tmp}/teleport.toml"],
-        "needs the fault(s) teleport",
+        "unknown faults teleport",
     ),
     ("demo", ["extra"], "unexpected extra argument"),
     ("show", ["no-such-match"], "no match 'no-such-match'"),
