@@ -162,10 +162,19 @@ class RecordsServiceBuilder(ScriptedBuilder):
 
 
 class ReferenceBuilder(RecordsServiceBuilder):
-    """Durable and enabled: passes every milestone."""
+    """Durable and enabled: passes every milestone. In zero-downtime-deploy it hands
+    over to that challenge's reference (`releases.ReleaseReferenceBuilder`)."""
 
     name = "reference"
     model = "scripted/reference"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        # Imported here: releases.py builds on this module.
+        from opsarena.agents.scripted import releases
+
+        if ctx.params.get("challenge") == releases.CHALLENGE and type(self) is ReferenceBuilder:
+            return await releases.ReleaseReferenceBuilder().run(ctx)
+        return await super().run(ctx)
 
 
 class InMemoryBuilder(RecordsServiceBuilder):

@@ -24,6 +24,12 @@ from opsarena.agents.scripted.builders import (
     WebdavBuilder,
     WrongHealthBuilder,
 )
+from opsarena.agents.scripted.releases import (
+    FreshDataBuilder,
+    NewestOnlyDeployBuilder,
+    StopStartBuilder,
+    V2FirstBuilder,
+)
 from opsarena.errors import UnknownBuilderError
 
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {
@@ -48,6 +54,10 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         TlsLegacyBuilder,
         TlsNoRedirectBuilder,
         TlsNoHstsBuilder,
+        StopStartBuilder,
+        FreshDataBuilder,
+        NewestOnlyDeployBuilder,
+        V2FirstBuilder,
     )
 }
 
