@@ -47,8 +47,8 @@ RELEASES_DIR = "/opt/releases"
 DEPLOY_COMMAND = "/usr/local/bin/deploy-release"
 SERVER_FILE = "server.py"
 LOAD_RATE_PER_S = 50.0
-WARMUP_S = 1.0
-COOLDOWN_S = 1.0
+WARMUP_S = 0.5
+COOLDOWN_S = 0.5
 DEPLOY_TIMEOUT_S = 30.0
 _RELEASE_SOURCE = Path(__file__).with_name("release_server.py")
 
