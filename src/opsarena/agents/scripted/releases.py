@@ -155,24 +155,20 @@ class ReleaseBuilder(ScriptedBuilder):
             target.unit_path,
             release_unit(target, socket=self.socket, exec_start=exec_start).encode(),
         )
-        linked = await host.exec(
-            f"set -eu; mkdir -p {shlex.quote(target.config_dir)}; "
-            f"ln -sfn {shlex.quote(f'{RELEASES_DIR}/{version}')} {shlex.quote(link)}",
-            timeout=30.0,
+        # One exec (each costs a podman round trip): link v1, start the socket, then the
+        # service, and wait for it to answer.
+        sockets = (
+            f"systemctl daemon-reload\nsystemctl enable --now {target.stem}.socket\n"
+            if self.socket
+            else ""
         )
-        if not linked.ok:
-            return linked
-        if self.socket:
-            sockets = await host.exec(
-                f"systemctl daemon-reload && systemctl enable --now {target.stem}.socket",
-                timeout=30.0,
-            )
-            if not sockets.ok:
-                return sockets
-        return await host.exec(
-            activation_script(target, enable=True, wait_seconds=wait_seconds),
-            timeout=wait_seconds + 30.0,
+        script = (
+            "set -eu\n"
+            f"mkdir -p {shlex.quote(target.config_dir)}\n"
+            f"ln -sfn {shlex.quote(f'{RELEASES_DIR}/{version}')} {shlex.quote(link)}\n"
+            f"{sockets}" + activation_script(target, enable=True, wait_seconds=wait_seconds)
         )
+        return await host.exec(script, timeout=wait_seconds + 30.0)
 
     def describe(self, target: ServiceTarget) -> str:
         how = "socket-activated" if self.socket else "binding its own port"
