@@ -30,6 +30,11 @@ BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wron
 CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
+    # tls-gateway's and hardened-service's (tests/challenges/).
+    "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
+    "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
+    # zero-downtime-deploy's (tests/challenges/test_zero_downtime_deploy.py).
+    "deploy-stop-start", "deploy-fresh-data", "deploy-newest-only", "deploy-v2-first",
 )  # fmt: skip
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"

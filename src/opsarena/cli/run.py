@@ -142,7 +142,11 @@ ServeOption = Annotated[
 
 def run(
     challenge: Annotated[
-        str, typer.Option("--challenge", help="Built-in challenge name or challenge file.")
+        str,
+        typer.Option(
+            "--challenge",
+            help="Built-in challenge name, or a challenge directory (or TOML file) path.",
+        ),
     ] = "durable-records",
     builder: Annotated[
         list[str] | None,

@@ -22,6 +22,17 @@ referee decides what it really earned. Designed verdicts:
 | racy         | pass                  | wrong_record     |            |                  |
 | slow-start   | pass (after 6 s)      | pass       | pass             | pass                   |
 
+`tls-gateway` and `hardened-service` are passed by `reference` too (it reads the
+challenge's name and brief variables from `params`); their flawed builders
+(tls-self-signed, tls-legacy, tls-no-redirect, tls-no-hsts; hardened-root,
+hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
+`deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
+docs/CHALLENGES.md.
+
+`zero-downtime-deploy` has its own builders (`releases.py`: deploy-stop-start,
+deploy-fresh-data, deploy-newest-only, deploy-v2-first); `reference` hands over to
+`releases.ReleaseReferenceBuilder` there.
+
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
 server starts and whose agent ends right after `systemctl enable --now`, without waiting:
@@ -37,12 +48,15 @@ from typing import ClassVar
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.scripted.deploy import (
+    SANDBOX_LINES,
     ServiceTarget,
     Storage,
     activation_script,
+    hardened_script,
     nginx_config,
     nginx_unit,
     records_unit,
+    sandbox_script,
     service_target,
     tls_issue_script,
     tls_server_args,
@@ -109,6 +123,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
     tls_flaw: ClassVar[str | None] = None
     """For `tls-gateway` (`deploy.TLS_FLAWS`); a builder with one deploys like
     `reference` elsewhere."""
+    hardened_flaw: ClassVar[str | None] = None
+    """For `hardened-service` (`deploy.HARDENED_FLAWS`); likewise."""
     start_delay_s: ClassVar[int] = 0
     wait: ClassVar[bool] = True
 
@@ -127,6 +143,16 @@ class RecordsServiceBuilder(ScriptedBuilder):
             if not issued.ok:
                 return issued
             extra = tls_server_args(target, self.tls_flaw)
+        lines, user = "", None
+        if target.challenge == "hardened-service":
+            removed = await host.exec(
+                hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw),
+                timeout=60.0,
+            )
+            if not removed.ok:
+                return removed
+            lines = "" if self.hardened_flaw == "writable" else SANDBOX_LINES
+            user = "root" if self.hardened_flaw == "root" else None
         unit = records_unit(
             target,
             script_path,
@@ -136,6 +162,8 @@ class RecordsServiceBuilder(ScriptedBuilder):
             flaw=self.flaw,
             start_delay_s=self.start_delay_s,
             extra_args=extra,
+            service_lines=lines,
+            user=user,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -345,3 +373,36 @@ class TlsNoHstsBuilder(ReferenceBuilder):
     name = "tls-no-hsts"
     model = "scripted/tls-no-hsts"
     tls_flaw = "no-hsts"
+
+
+class HardenedRootBuilder(ReferenceBuilder):
+    """`hardened-service`: the service runs as root (fails `service-user`)."""
+
+    name = "hardened-root"
+    model = "scripted/hardened-root"
+    hardened_flaw = "root"
+
+
+class HardenedPlantedLeftBuilder(ReferenceBuilder):
+    """`hardened-service`: leaves the planted listener (fails `only-listener`)."""
+
+    name = "hardened-planted-left"
+    model = "scripted/hardened-planted-left"
+    hardened_flaw = "planted-left"
+
+
+class HardenedStoppedOnlyBuilder(ReferenceBuilder):
+    """`hardened-service`: stops the planted listener but leaves it enabled (fails
+    `host-reboot`: it is back after the reboot)."""
+
+    name = "hardened-stopped-only"
+    model = "scripted/hardened-stopped-only"
+    hardened_flaw = "stopped-only"
+
+
+class HardenedWritableBuilder(ReferenceBuilder):
+    """`hardened-service`: no write sandbox (fails `write-sandbox`)."""
+
+    name = "hardened-writable"
+    model = "scripted/hardened-writable"
+    hardened_flaw = "writable"

@@ -140,10 +140,14 @@ def records_unit(
     flaw: str | None = None,
     start_delay_s: int = 0,
     extra_args: tuple[str, ...] = (),
+    service_lines: str = "",
+    user: str | None = None,
 ) -> str:
     """The unit file of a Python records service (always `Restart=always`, installable
     into multi-user.target; whether it is enabled is the builder's choice). With
-    `extra_args` (TLS on 443 and 80) the unprivileged user may bind ports below 1024."""
+    `extra_args` (TLS on 443 and 80) the unprivileged user may bind ports below 1024.
+    `service_lines` are added to `[Service]` (sandboxing); `user` replaces the unit's
+    own user (a flaw: root)."""
     directories = {
         "disk": f"StateDirectory={target.stem}\n",
         # Kept across restarts (the default removes it when the service stops), and
@@ -166,9 +170,10 @@ def records_unit(
         f"Description=records service (opsarena scripted builder {builder})\n\n"
         "[Service]\n"
         "Type=exec\n"
-        f"User={target.stem}\n"
+        f"User={user or target.stem}\n"
         f"{directories}"
         f"{bind}"
+        f"{service_lines}"
         f"ExecStart={exec_start}\n"
         "Restart=always\n"
         "RestartSec=200ms\n\n"
@@ -183,6 +188,37 @@ records API served on plain 80 instead of a redirect; no HSTS header."""
 
 CA_DIR = "/etc/opsarena/ca"
 """Where `tls-gateway` places the arena's CA key and certificate on the host."""
+
+
+HARDENED_FLAWS = ("root", "planted-left", "stopped-only", "writable")
+"""Deliberate `hardened-service` flaws: the service runs as root; the planted listener
+left running; stopped but still enabled (back after a reboot); no write sandbox."""
+
+PLANTED_UNIT = "legacy-admin.service"
+"""The listener `hardened-service` plants before the agents start."""
+
+SANDBOX_LINES = "NoNewPrivileges=yes\n"
+"""No capabilities ever gained (mount-namespace sandboxing cannot work on these hosts)."""
+
+
+def hardened_script(flaw: str | None) -> str:
+    """Bash removing the planted listener for good (or, as a flaw, not, or only until
+    the next boot)."""
+    if flaw == "planted-left":
+        return "true\n"
+    if flaw == "stopped-only":
+        return f"systemctl stop {PLANTED_UNIT}\n"
+    return (
+        f"systemctl disable --now {PLANTED_UNIT}\n"
+        f"rm -f /etc/systemd/system/{PLANTED_UNIT} && systemctl daemon-reload\n"
+    )
+
+
+def sandbox_script(flaw: str | None) -> str:
+    """Bash closing what the service's user could write on disk besides its data: the
+    world-writable /var/tmp (systemd's ProtectSystem= cannot work without mount
+    namespaces, which these hosts do not give). The `writable` flaw leaves it."""
+    return "true\n" if flaw == "writable" else "chmod 1770 /var/tmp\n"
 
 
 def tls_issue_script(target: ServiceTarget, *, self_signed: bool) -> str:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedRootBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
     IdleBuilder,
     IgnoreIdsBuilder,
     InMemoryBuilder,
@@ -58,6 +62,10 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         FreshDataBuilder,
         NewestOnlyDeployBuilder,
         V2FirstBuilder,
+        HardenedRootBuilder,
+        HardenedPlantedLeftBuilder,
+        HardenedStoppedOnlyBuilder,
+        HardenedWritableBuilder,
     )
 }
 
