@@ -123,10 +123,12 @@ async def test_zero_downtime_deploy_calibration(
     assert referee.infrastructure_failures == 0
     if builder == "reference":
         summary = referee.ledger_summary("builder")
-        assert summary.acknowledged > 100 and summary.verified >= summary.acknowledged
+        assert summary.verified >= summary.acknowledged
         assert summary.lost == summary.corrupted == 0
         evidence = [d["evidence"] for d in log.of("attempt_result") if d.get("evidence")]
         deploys = [d for e in evidence for d in e.get("deploys", [])]
         assert len(deploys) == 3
-        assert all(d["failed_requests"] == 0 and d["requests"] > 50 for d in deploys)
+        assert all(d["failed_requests"] == 0 and d["requests"] > 25 for d in deploys)
         assert all(d["p99_ms"] is not None for d in deploys)
+        # Every third request of the load is a PUT, each acknowledged (none failed).
+        assert summary.acknowledged >= sum(d["requests"] // 3 for d in deploys)
