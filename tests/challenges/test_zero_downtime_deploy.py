@@ -28,6 +28,7 @@ MATRIX: dict[str, list[str]] = {
     "deploy-fresh-data": [PASS, PASS, "record_missing"],
     "deploy-newest-only": [PASS, PASS, PASS, "wrong_version"],
     "deploy-v2-first": ["wrong_version"],
+    "deploy-no-command": [PASS, PASS, "deploy_failed"],
 }
 
 

@@ -30,8 +30,8 @@ hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference`
 docs/CHALLENGES.md.
 
 `zero-downtime-deploy` has its own builders (`releases.py`: deploy-stop-start,
-deploy-fresh-data, deploy-newest-only, deploy-v2-first); `reference` hands over to
-`releases.ReleaseReferenceBuilder` there.
+deploy-fresh-data, deploy-newest-only, deploy-v2-first, deploy-no-command); `reference`
+hands over to `releases.ReleaseReferenceBuilder` there.
 
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the

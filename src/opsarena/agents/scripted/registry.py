@@ -31,6 +31,7 @@ from opsarena.agents.scripted.builders import (
 from opsarena.agents.scripted.releases import (
     FreshDataBuilder,
     NewestOnlyDeployBuilder,
+    NoCommandBuilder,
     StopStartBuilder,
     V2FirstBuilder,
 )
@@ -62,6 +63,7 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         FreshDataBuilder,
         NewestOnlyDeployBuilder,
         V2FirstBuilder,
+        NoCommandBuilder,
         HardenedRootBuilder,
         HardenedPlantedLeftBuilder,
         HardenedStoppedOnlyBuilder,

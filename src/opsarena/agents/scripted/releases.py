@@ -11,6 +11,7 @@ command `/usr/local/bin/deploy-release`, acting only through `Host`. Designed ve
 | deploy-fresh-data     | pass          | pass       | record_missing  |                      |
 | deploy-newest-only    | pass          | pass       | pass            | wrong_version        |
 | deploy-v2-first       | wrong_version |            |                 |                      |
+| deploy-no-command     | pass          | pass       | deploy_failed   |                      |
 
 `reference` (the same registry name as durable-records' reference: `ReferenceBuilder`
 hands over to `ReleaseReferenceBuilder` when the challenge is zero-downtime-deploy)
@@ -145,8 +146,9 @@ class ReleaseBuilder(ScriptedBuilder):
             await host.write_file(
                 f"{target.config_dir}/run", run_script(target).encode(), mode=0o755
             )
-        await host.write_file(DEPLOY_COMMAND, deploy_script(target, flaw=self.flaw).encode(),
-                              mode=0o755)  # fmt: skip
+        if self.flaw != "no-command":
+            await host.write_file(DEPLOY_COMMAND, deploy_script(target, flaw=self.flaw).encode(),
+                                  mode=0o755)  # fmt: skip
         if self.socket:
             await host.write_file(
                 f"/etc/systemd/system/{target.stem}.socket", socket_unit(target).encode()
@@ -217,3 +219,11 @@ class V2FirstBuilder(ReleaseBuilder):
     name = "deploy-v2-first"
     model = "scripted/deploy-v2-first"
     install = "v2"
+
+
+class NoCommandBuilder(ReleaseBuilder):
+    """Installs release v1 well but never writes the deploy command."""
+
+    name = "deploy-no-command"
+    model = "scripted/deploy-no-command"
+    flaw = "no-command"
