@@ -33,6 +33,9 @@ CALIBRATION_BUILDERS = (
     # tls-gateway's and hardened-service's (tests/challenges/).
     "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
     "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
+    # zero-downtime-deploy's (tests/challenges/test_zero_downtime_deploy.py).
+    "deploy-stop-start", "deploy-fresh-data", "deploy-newest-only", "deploy-v2-first",
+    "deploy-no-command",
 )  # fmt: skip
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"

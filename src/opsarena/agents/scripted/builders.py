@@ -29,6 +29,10 @@ hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference`
 `deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
 docs/CHALLENGES.md.
 
+`zero-downtime-deploy` has its own builders (`releases.py`: deploy-stop-start,
+deploy-fresh-data, deploy-newest-only, deploy-v2-first, deploy-no-command); `reference`
+hands over to `releases.ReleaseReferenceBuilder` there.
+
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
 server starts and whose agent ends right after `systemctl enable --now`, without waiting:
@@ -200,10 +204,19 @@ class RecordsServiceBuilder(ScriptedBuilder):
 
 
 class ReferenceBuilder(RecordsServiceBuilder):
-    """Durable and enabled: passes every milestone."""
+    """Durable and enabled: passes every milestone. In zero-downtime-deploy it hands
+    over to that challenge's reference (`releases.ReleaseReferenceBuilder`)."""
 
     name = "reference"
     model = "scripted/reference"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        # Imported here: releases.py builds on this module.
+        from opsarena.agents.scripted import releases
+
+        if ctx.params.get("challenge") == releases.CHALLENGE and type(self) is ReferenceBuilder:
+            return await releases.ReleaseReferenceBuilder().run(ctx)
+        return await super().run(ctx)
 
 
 class InMemoryBuilder(RecordsServiceBuilder):

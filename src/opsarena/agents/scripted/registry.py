@@ -29,6 +29,13 @@ from opsarena.agents.scripted.builders import (
     WrongHealthBuilder,
 )
 from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
+from opsarena.agents.scripted.releases import (
+    FreshDataBuilder,
+    NewestOnlyDeployBuilder,
+    NoCommandBuilder,
+    StopStartBuilder,
+    V2FirstBuilder,
+)
 from opsarena.errors import UnknownBuilderError
 
 _ALL: tuple[type[ScriptedBuilder], ...] = (
@@ -56,6 +63,11 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     HardenedPlantedLeftBuilder,
     HardenedStoppedOnlyBuilder,
     HardenedWritableBuilder,
+    StopStartBuilder,
+    FreshDataBuilder,
+    NewestOnlyDeployBuilder,
+    V2FirstBuilder,
+    NoCommandBuilder,
 )
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
