@@ -339,7 +339,11 @@ class Controller:
                 host=territory.host,
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
-                params={"port": plan.challenge.port, "unit": plan.challenge.unit},
+                params={
+                    "port": plan.challenge.port,
+                    "unit": plan.challenge.unit,
+                    "challenge": plan.challenge.name,
+                },
             )
         for territory in self._territories.values():
             territory.task = asyncio.create_task(

@@ -20,6 +20,11 @@ from opsarena.agents.scripted.builders import (
     WebdavBuilder,
     WrongHealthBuilder,
 )
+from opsarena.agents.scripted.incident import (
+    RepairCollateralBuilder,
+    RepairTransientBuilder,
+    RepairWipeBuilder,
+)
 from opsarena.errors import UnknownBuilderError
 
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {
@@ -40,6 +45,9 @@ _BUILDERS: dict[str, type[ScriptedBuilder]] = {
         NoOverwriteBuilder,
         RacyBuilder,
         SlowStartBuilder,
+        RepairWipeBuilder,
+        RepairTransientBuilder,
+        RepairCollateralBuilder,
     )
 }
 
