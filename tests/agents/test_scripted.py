@@ -31,6 +31,8 @@ CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
 )  # fmt: skip
+# Builders of other challenges, calibrated in their own tests (tests/challenges/).
+CHALLENGE_BUILDERS = ("repair-wipe", "repair-transient", "repair-collateral")
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"
 ABSENT_ID = "rec-absent"
@@ -315,7 +317,7 @@ async def test_idle_leaves_nothing_listening(histories: dict[str, History]) -> N
 
 
 def test_registry_knows_every_builder() -> None:
-    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS)
+    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS + CHALLENGE_BUILDERS)
     for name in BUILDERS + CALIBRATION_BUILDERS:
         builder = get_scripted(name)
         assert builder.name == name and builder.model == f"scripted/{name}"
