@@ -50,17 +50,8 @@ squatters=$(systemctl list-sockets --all --no-legend 2>/dev/null \
 """
 
 _FIX_CONFIG = r"""
-python3 - "$1" <<'PY'
-import configparser, re, sys
-path = sys.argv[1]
-text = open(path).read()
-try:
-    configparser.ConfigParser().read_string(text)
-except configparser.Error:
-    fixed = re.sub(r"(?m)^(port|storage|program)[ \t]+(?![=:])(\S.*)$", r"\1 = \2", text)
-    with open(path, "w") as file:
-        file.write(fixed)
-PY
+# A "key value" line that lost its "=" (configparser refuses the whole file).
+sed -i -E 's/^(port|storage|program)[[:space:]]+([^=:[:space:]].*)$/\1 = \2/' "$1"
 """
 
 _WAIT = r"""
