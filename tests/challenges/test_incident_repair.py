@@ -27,7 +27,6 @@ MATRIX: dict[str, list[str]] = {
     "repair-wipe": [PASS, "seeded_record_lost"],
     "repair-transient": [PASS, PASS, PASS, "not_ready_after_fault"],
     "repair-collateral": [PASS, PASS, PASS, PASS, "collateral_damage"],
-    "idle": ["connection_refused"],
 }
 """builder -> the outcome of each milestone it reaches, in order (as for durable-records)."""
 
@@ -92,7 +91,7 @@ def test_only_the_transient_repair_writes_under_run() -> None:
 
 async def _judge(
     challenge: Challenge, builder: str, seed: bytes, host_factory: HostFactory, match_id: str
-) -> tuple[list[str], EventLog]:
+) -> tuple[str, list[str], EventLog]:
     host = await host_factory("builder")
     await place_challenge(challenge, host, seed)
     log = EventLog()
@@ -117,7 +116,7 @@ async def _judge(
     reached = zip(challenge.milestones, outcomes, strict=False)
     assert referee.points("builder") == sum(m.points for m, o in reached if o == PASS)
     assert referee.infrastructure_failures == 0
-    return outcomes, log
+    return preflight.verdict.failure_reason or "", outcomes, log
 
 
 @pytest.mark.hosts
@@ -127,9 +126,10 @@ async def _judge(
 async def test_reference_repairs_every_breakage(
     breakage: str, challenge: Challenge, host_factory: HostFactory, match_id: str
 ) -> None:
-    outcomes, log = await _judge(
+    preflight, outcomes, log = await _judge(
         challenge, "reference", seed_for(challenge, breakage), host_factory, match_id
     )
+    assert preflight == PREFLIGHT[breakage]
     assert outcomes == MATRIX["reference"], [d["failure_detail"] for d in log.of("attempt_result")]
     intact = [d for d in log.of("attempt_result") if d.get("milestone") == "records-intact"]
     assert intact and intact[-1]["evidence"]["seeded"] == 12
@@ -139,9 +139,19 @@ FLAWED_BREAKAGE = {
     "repair-wipe": "data-owner",
     "repair-transient": "port-held",
     "repair-collateral": "config-syntax",
-    "idle": "user-missing",
 }
-"""Each flawed builder on one breakage (the flaw does not depend on which)."""
+"""Each flawed builder on one breakage (the flaw does not depend on which). A builder
+doing nothing (`idle`) is the preflight of every host: see PREFLIGHT."""
+
+PREFLIGHT = {
+    "program-moved": "connection_refused",
+    "data-owner": "connection_refused",
+    "port-held": "bad_status",
+    "config-syntax": "connection_refused",
+    "user-missing": "connection_refused",
+}
+"""How each fresh host fails service-up before anyone acted (the legacy socket answers
+503 for `port-held`; for the rest nothing listens)."""
 
 
 @pytest.mark.hosts
@@ -150,5 +160,5 @@ async def test_flawed_repairs_fail_where_designed(
     builder: str, challenge: Challenge, host_factory: HostFactory, match_id: str
 ) -> None:
     seed = seed_for(challenge, FLAWED_BREAKAGE[builder])
-    outcomes, log = await _judge(challenge, builder, seed, host_factory, match_id)
+    _, outcomes, log = await _judge(challenge, builder, seed, host_factory, match_id)
     assert outcomes == MATRIX[builder], [d["failure_detail"] for d in log.of("attempt_result")]
