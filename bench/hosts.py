@@ -3,7 +3,11 @@
 Run: `python bench/hosts.py [--runs 20] [--json bench/results/hosts.json]`.
 Prints p50/p90/max per operation and writes the figures, with the machine, as JSON.
 The naive probe (`podman exec HOST curl ...`) is measured in the same run, so the
-ratio compares like with like.
+ratio compares like with like. So is the cost of the hosts' confinement: provision,
+clean reboot and probe are also measured, interleaved, for hosts made without it (no
+user namespace of their own, no start hook, podman's default seccomp profile), the way
+hosts were made before issue 12 (`unconfined_*` rows). `restart_service` (over the
+host's bus, confirmed from its cgroup) is measured too.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from rich.console import Console
 from rich.table import Table
 
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostDriver, HostSpec, get_driver
+from opsarena.hosts.podman import PodmanDriver
+
+UNIT = (
+    "[Service]\nExecStart=/usr/bin/python3 /opt/bench/server.py\nRestart=always\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
 
 SERVER = (
     "import http.server\n"
@@ -91,37 +101,77 @@ def machine() -> dict[str, Any]:
     }
 
 
+def unconfined(driver: HostDriver) -> HostDriver | None:
+    """The same driver making hosts without issue 12's confinement (for comparison)."""
+    if not isinstance(driver, PodmanDriver):
+        return None
+    plain = PodmanDriver()
+    plain.podman.confine_flags = []
+    plain.podman.global_flags = []
+    return plain
+
+
+async def serve(host: Host) -> None:
+    await host.write_file("/opt/bench/server.py", SERVER.encode())
+    await host.write_file("/etc/systemd/system/bench-http.service", UNIT.encode())
+    started = await host.exec(
+        "systemctl daemon-reload && systemctl enable --now bench-http && for i in $(seq 200); "
+        "do curl -sf localhost:8080/health >/dev/null && exit 0; sleep 0.05; done; exit 1",
+        timeout=30,
+    )
+    assert started.exit_code == 0, started.stderr
+
+
 async def bench(driver: HostDriver, runs: int, image: str) -> dict[str, dict[str, float]]:
     match_id = f"bench{secrets.token_hex(3)}"
+    plain = unconfined(driver)
+    variants = [("", driver)] + ([("unconfined_", plain)] if plain else [])
     results: dict[str, dict[str, float]] = {}
     try:
-        provision = []
+        provision: dict[str, list[float]] = {prefix: [] for prefix, _ in variants}
         for index in range(runs):
-            spec = HostSpec(match_id=match_id, territory=f"p{index}", image=image)
-            start = time.perf_counter()
-            host = await driver.create(spec)
-            provision.append((time.perf_counter() - start) * 1000)
-            await driver.remove(host.name)
-        results["provision_to_ready"] = summary(provision)
+            for prefix, maker in variants:  # interleaved: both see the same load
+                spec = HostSpec(match_id=match_id, territory=f"{prefix}p{index}", image=image)
+                start = time.perf_counter()
+                made = await maker.create(spec)
+                provision[prefix].append((time.perf_counter() - start) * 1000)
+                await maker.remove(made.name)
+        for prefix, samples in provision.items():
+            results[f"{prefix}provision_to_ready"] = summary(samples)
 
-        host = await driver.create(HostSpec(match_id=match_id, territory="main", image=image))
+        hosts = {}
+        for prefix, maker in variants:
+            spec = HostSpec(match_id=match_id, territory=f"{prefix}main", image=image)
+            hosts[prefix] = await maker.create(spec)
+        host = hosts[""]
         results["exec_round_trip"] = summary(
             await timed(runs * 2, lambda: host.exec(["true"], timeout=10))
         )
-        results["clean_reboot_to_ready"] = summary(await timed(runs, lambda: host.reboot()))
+        reboots: dict[str, list[float]] = {prefix: [] for prefix in hosts}
+        for _ in range(runs):
+            for prefix, each in hosts.items():
+                reboots[prefix] += await timed(1, lambda each=each: each.reboot())  # type: ignore[misc]
+        for prefix, samples in reboots.items():
+            results[f"{prefix}clean_reboot_to_ready"] = summary(samples)
         results["hard_reboot_to_ready"] = summary(await timed(runs, lambda: host.reboot(hard=True)))
 
-        await host.write_file("/opt/bench/server.py", SERVER.encode())
-        started = await host.exec(
-            "systemd-run --unit bench-http python3 /opt/bench/server.py && for i in $(seq 200); "
-            "do curl -sf localhost:8080/health >/dev/null && exit 0; sleep 0.05; done; exit 1",
-            timeout=30,
-        )
-        assert started.exit_code == 0, started.stderr
-        await timed(5, lambda: probe(host))  # warm-up
-        results["probe_connect_get"] = summary(await timed(runs * 5, lambda: probe(host)))
+        for each in hosts.values():
+            await serve(each)
+            await timed(5, lambda each=each: probe(each))  # type: ignore[misc]  # warm-up
+        probes: dict[str, list[float]] = {prefix: [] for prefix in hosts}
+        for _ in range(runs * 5):
+            for prefix, each in hosts.items():
+                probes[prefix] += await timed(1, lambda each=each: probe(each))  # type: ignore[misc]
+        for prefix, samples in probes.items():
+            results[f"{prefix}probe_connect_get"] = summary(samples)
         results["naive_probe_podman_exec_curl"] = summary(
             await timed(runs, lambda: asyncio.to_thread(naive_probe, host.name))
+        )
+        results["restart_service"] = summary(
+            await timed(runs, lambda: host.restart_service("bench-http.service"))
+        )
+        results["wait_ready_when_running"] = summary(
+            await timed(runs * 2, lambda: host.wait_ready(10))
         )
     finally:
         await driver.cleanup(match_id=match_id)
@@ -145,6 +195,7 @@ def main() -> None:
         "machine": machine(),
         "results": results,
         "naive_over_probe_p50_ratio": round(naive_p50 / probe_p50, 1),
+        "load_average_1_5_15": list(os.getloadavg()),
     }
     table = Table("operation", "runs", "p50 ms", "p90 ms", "max ms", title="opsarena hosts")
     for name, figures in results.items():

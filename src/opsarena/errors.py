@@ -57,9 +57,31 @@ class ServiceRestartError(HostError):
     """`systemctl restart` did not produce a new main process within the bound."""
 
 
+class ServiceNotRestartedError(ServiceRestartError):
+    """After the arena killed a unit (`Host.crash_service`), systemd did not start a new
+    main process within the bound: the unit does not restart itself after a crash
+    (no `Restart=`), the competitor's fault."""
+
+
+class FaultUnsupportedError(HostError):
+    """The host (its driver, or the way it was created) cannot undergo the fault asked
+    for: e.g. a power cut on a host created without a power-cut disk."""
+
+
 class StoreError(OpsArenaError):
     """The event log cannot be used: the file is not an opsarena event log, was written by
     a newer opsarena, or cannot be opened."""
+
+
+class LogTamperedError(StoreError):
+    """The event log holds rows the arena did not append: a sequence number it was about
+    to take is taken, or the row it would chain to does not match its hash. `seq` is the
+    first sequence number found wrong; nothing was written."""
+
+    def __init__(self, message: str, *, match_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.match_id = match_id
+        self.seq = seq
 
 
 class MatchNotFoundError(OpsArenaError):
@@ -116,3 +138,8 @@ class ServeError(OpsArenaError):
 class HostDownError(HostUnavailableError):
     """The host stopped by itself (its init was killed for lack of memory, or exited)
     while the arena was not rebooting it: the competitor's doing, not the arena's."""
+
+
+class TournamentError(OpsArenaError):
+    """A tournament file is missing or invalid (one line per problem, naming the file and
+    the field), or a tournament id is unknown or cannot be resumed."""

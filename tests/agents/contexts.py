@@ -64,3 +64,24 @@ def live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry))
     return members
+
+
+def cmdline(pid: int) -> bytes:
+    """`pid`'s command line (NUL-separated), empty when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those of `pids` that are still running (not gone, not zombies)."""
+    living = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != b"Z":
+            living.append(pid)
+    return living

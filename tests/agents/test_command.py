@@ -4,11 +4,10 @@ $OPSARENA_EXEC / $OPSARENA_PUT, one exits 3, one ignores SIGTERM and is killed w
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
-from tests.agents.contexts import Events, live_members, recording_context, script
+from tests.agents.contexts import Events, alive, cmdline, recording_context, script
 from tests.agents.records_service import APP, UNIT, WAIT_HEALTHY, agents_host, assert_durable
 from tests.conftest import HostFactory
 
@@ -50,11 +49,12 @@ async def test_a_script_deploys_a_durable_service_through_exec_and_put(
         $OPSARENA_EXEC '{WAIT_HEALTHY}'
         """,
     )
-    agent = CommandAgent([str(agent_script)], env={"SOURCES": str(tmp_path)})
+    sources = [str(tmp_path / "app.py"), str(tmp_path / "records.service")]
+    agent = CommandAgent([str(agent_script)], env={"SOURCES": str(tmp_path)}, paths=sources)
     ctx, events = make_ctx(host)
     outcome = await agent.run(ctx)
 
-    assert (outcome.terminal_state, outcome.successful) == ("completed", True), outcome
+    assert (outcome.terminal_state, outcome.successful) == ("completed", True), events
     assert outcome.terminal_detail == "exited with code 0"
     stdout = output(events, "stdout")
     assert "brief: Deploy a durable records service on port 8080." in stdout
@@ -86,8 +86,8 @@ async def test_the_example_agent_in_the_docs_deploys_a_durable_service(
 async def test_exec_works_from_another_language(agents_host: Host, tmp_path: Path) -> None:
     program = script(
         tmp_path / "agent.py",
-        f"""
-        #!{sys.executable}
+        """
+        #!/usr/bin/python3
         import os, subprocess, sys
         done = subprocess.run([os.environ["OPSARENA_EXEC"], "uname -s; exit 4"],
                               capture_output=True)
@@ -112,38 +112,39 @@ async def test_a_nonzero_exit_is_the_players_failure(agents_host: Host, tmp_path
 
 
 @pytest.mark.hosts
-async def test_a_program_ignoring_sigterm_is_killed_with_its_whole_group(
+async def test_a_program_ignoring_sigterm_is_killed_with_everything_it_started(
     agents_host: Host, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "pid"
     program = script(
         tmp_path / "stubborn.sh",
         """
         #!/bin/bash
         trap '' TERM
         bash -c 'trap "" TERM; exec sleep 1000' &
-        sleep 1000 &
-        echo $$ > "$PIDFILE"
+        setsid sleep 1000 &
         while true; do sleep 0.2; done
         """,
     )
-    agent = CommandAgent([str(program)], env={"PIDFILE": str(pidfile)}, grace_s=0.5)
+    agent = CommandAgent([str(program)], grace_s=0.5)
     ctx, _ = make_ctx(agents_host)
     task = asyncio.create_task(agent.run(ctx))
+    started: list[int] = []
     for _ in range(200):
-        if pidfile.exists() and pidfile.read_text().strip():
+        started = agent.cage.pids() if agent.cage is not None else []
+        if len([p for p in started if b"sleep\x001000" in cmdline(p)]) == 2:
             break
         await asyncio.sleep(0.05)
-    pgid = int(pidfile.read_text())
-    assert len(live_members(pgid)) >= 3
+    sleepers = [p for p in started if b"sleep\x001000" in cmdline(p)]
+    assert len(sleepers) == 2, [cmdline(p) for p in started]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(100):  # SIGKILL was sent; the kernel finishes them off
-        if not live_members(pgid):
+        if not alive(started):
             break
         await asyncio.sleep(0.05)
-    assert live_members(pgid) == []
+    assert alive(started) == []
+    assert agent.cage is not None and not agent.cage.path.exists(), "the cgroup is removed"
 
 
 @pytest.mark.hosts
@@ -187,3 +188,32 @@ async def test_preflight_finds_missing_programs(tmp_path: Path) -> None:
     not_executable.write_text("true\n")
     with pytest.raises(AgentConfigError, match="not executable"):
         await CommandAgent([str(not_executable)]).preflight()
+
+
+def test_env_may_not_reach_the_arenas_interface_or_its_loader() -> None:
+    CommandAgent(["true"], env={"MODEL": "x", "_private": "y"})
+    for name in ("OPSARENA_EXEC", "OPSARENA_DB", "LD_PRELOAD", "LD_LIBRARY_PATH", "1BAD", "A-B"):
+        with pytest.raises(AgentConfigError, match=f"env {name} cannot be given"):
+            CommandAgent(["true"], env={name: "/tmp/evil"})
+
+
+@pytest.mark.hosts
+async def test_files_named_on_the_command_line_are_shared_read_only(
+    agents_host: Host, tmp_path: Path
+) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("from the arena\n")
+    program = tmp_path / "agent.py"
+    program.write_text(
+        "import sys\n"
+        "print(open(sys.argv[1]).read(), end='')\n"
+        "try:\n"
+        "    open(sys.argv[1], 'a').write('changed')\n"
+        "except OSError as exc:\n"
+        "    print('write refused', exc.errno in (13, 30))\n"
+    )
+    ctx, events = make_ctx(agents_host)
+    outcome = await CommandAgent(["/usr/bin/python3", str(program), str(data)]).run(ctx)
+    assert outcome.terminal_state == "completed", output(events, "stderr")
+    assert output(events, "stdout") == "from the arena\nwrite refused True\n"  # EACCES/EROFS
+    assert data.read_text() == "from the arena\n"

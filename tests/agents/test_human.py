@@ -4,13 +4,22 @@ host, so it gets a real one that nobody uses."""
 from __future__ import annotations
 
 import asyncio
+import stat
 import time
+from pathlib import Path
 
 import pytest
 from tests.agents.records_service import agents_host
 
 from opsarena.agents import AgentContext
-from opsarena.agents.human import HumanAgent, human_instructions
+from opsarena.agents.human import (
+    HumanAgent,
+    done_proof,
+    done_token,
+    human_instructions,
+    operator_key,
+    proof_holds,
+)
 from opsarena.hosts import Host
 
 __all__ = ["agents_host"]  # fixture
@@ -56,7 +65,39 @@ async def test_cancellation_stops_the_wait(agents_host: Host) -> None:
 
 
 def test_instructions_give_the_exact_commands() -> None:
-    assert human_instructions("m3", "builder-three") == (
+    assert human_instructions("m3", "builder-three", "tok") == (
         "builder-three: work in your host with `opsarena hosts shell m3/builder-three`; "
-        "when finished run `opsarena done m3 builder-three`"
+        "when finished run `OPSARENA_DONE_TOKEN=tok opsarena done m3 builder-three` "
+        "(the token is yours alone: it ends your session)"
     )
+
+
+def test_each_territory_and_match_has_its_own_token_and_proof() -> None:
+    key = b"k" * 32
+    token = done_token(key, "m3", "one")
+    assert len(token) == 24 and token == done_token(key, "m3", "one")
+    others = {
+        done_token(key, "m3", "two"),
+        done_token(key, "m4", "one"),
+        done_token(b"x", "m3", "one"),
+    }
+    assert token not in others and len(others) == 3
+    proof = done_proof(token, "m3", "one")
+    assert token not in proof
+    assert proof_holds(proof, token, "m3", "one")
+    assert not proof_holds(proof, token, "m3", "two"), "a proof is for one territory"
+    assert not proof_holds(proof, token, "m4", "one"), "and one match"
+    assert not proof_holds(done_proof("guess", "m3", "one"), token, "m3", "one")
+    assert not proof_holds(None, token, "m3", "one")
+
+
+def test_the_operator_key_is_made_once_readable_only_by_its_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "keys" / "operator.key"
+    monkeypatch.setenv("OPSARENA_OPERATOR_KEY", str(path))
+    assert operator_key() is None, "never made by a reader"
+    key = operator_key(create=True)
+    assert key is not None and len(key) == 64
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert operator_key(create=True) == key == operator_key()

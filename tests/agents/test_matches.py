@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -110,16 +111,31 @@ def test_a_person_declares_done_and_the_referee_verifies(tmp_path: Path) -> None
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert process.stderr is not None
+        instructions = process.stderr.readline()
+        token = re.search(r"OPSARENA_DONE_TOKEN=(\S+) opsarena done", instructions)
+        assert token, instructions
         match_id = wait_for_event(db, "match_started")
         wrong = subprocess.run(
             [*OPSARENA, "done", match_id, "nobody", "--db", str(db)],
             capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "OPSARENA_DONE_TOKEN": token[1]},
         )  # fmt: skip
         assert wrong.returncode == 2 and "has no territory 'nobody'" in wrong.stderr
         time.sleep(0.5)
+        for bad in ({}, {"OPSARENA_DONE_TOKEN": token[1][:-1] + "x"}):
+            refused = subprocess.run(
+                [*OPSARENA, "done", match_id, "me", "--db", str(db)],
+                capture_output=True, text=True, timeout=60, check=False,
+                stdin=subprocess.DEVNULL,
+                env={**{k: v for k, v in os.environ.items() if k != "OPSARENA_DONE_TOKEN"}, **bad},
+            )  # fmt: skip
+            assert refused.returncode == 2, refused.stderr
+            assert "token" in refused.stderr and len(refused.stderr.splitlines()) == 1
         done = subprocess.run(
             [*OPSARENA, "done", match_id, "me", "--db", str(db)],
             capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "OPSARENA_DONE_TOKEN": token[1]},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         _out, err = process.communicate(timeout=200)
@@ -127,7 +143,8 @@ def test_a_person_declares_done_and_the_referee_verifies(tmp_path: Path) -> None
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert f"opsarena hosts shell {match_id}/me" in err
+    assert f"opsarena hosts shell {match_id}/me" in instructions
+    assert token[1] not in db.read_bytes().decode(errors="replace"), "the token is never logged"
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["finish_reason"] == "all competitors finished"
     territory = record["territories"]["me"]

@@ -30,9 +30,11 @@ BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wron
 CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
+    # tls-gateway's, hardened-service's and incident-repair's (tests/challenges/).
+    "repair-wipe", "repair-transient", "repair-collateral",
+    "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
+    "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
 )  # fmt: skip
-# Builders of other challenges, calibrated in their own tests (tests/challenges/).
-CHALLENGE_BUILDERS = ("repair-wipe", "repair-transient", "repair-collateral")
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"
 ABSENT_ID = "rec-absent"
@@ -316,9 +318,13 @@ async def test_idle_leaves_nothing_listening(histories: dict[str, History]) -> N
 # --- registry and pure decisions ----------------------------------------------------------
 
 
+DURABILITY_BUILDERS = ("no-fsync", "ack-before-write", "no-restart", "fsync-no-dirsync")
+"""Calibrated against the crash and power-cut faults in tests/hosts/test_faults.py."""
+
+
 def test_registry_knows_every_builder() -> None:
-    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS + CHALLENGE_BUILDERS)
-    for name in BUILDERS + CALIBRATION_BUILDERS:
+    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS)
+    for name in BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS:
         builder = get_scripted(name)
         assert builder.name == name and builder.model == f"scripted/{name}"
 

@@ -184,3 +184,17 @@ def test_ls_shows_milestones_points_and_faults() -> None:
     assert "durable-records" in text
     assert "service-up (10)" in text and "host-reboot (40)" in text
     assert "restart, reboot" in text
+
+
+def test_every_reason_a_builtin_challenge_adds_is_documented() -> None:
+    import re
+
+    from opsarena.challenges import builtin_names
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "REFEREE.md").read_text()
+    for name in builtin_names():
+        for reason in builtin_challenge(name).failure_reasons:
+            heading = re.search(rf"^### `{reason}` \(verification_failed\)$", text, re.MULTILINE)
+            assert heading, f"docs/REFEREE.md lacks a section for {name}'s {reason}"
+            section = text[heading.end() :].split("\n### ", 1)[0]
+            assert "Example detail:" in section, reason

@@ -31,6 +31,9 @@ title = "Up"
 points = 10
 check = "no-such-check"
 """
+NEEDS_TELEPORT = UNKNOWN_CHECK.replace('check = "no-such-check"', 'check = "health"').replace(
+    "time_limit_s = 60\n", 'time_limit_s = 60\nfaults = ["teleport"]\n'
+)
 DUPLICATE_TERRITORY = '[territories.a]\nagent = "human"\n[territories.a]\nagent = "human"\n'
 IMPOSSIBLE_LIMITS = '[territories.a]\nagent = "llm:m"\nlimits = { turns = -1 }\n'
 WRONG_TYPE = "[territories.a]\nagent = 42\n"
@@ -49,6 +52,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run", ["--competitors", "{tmp}/syntax.toml"], "not valid TOML"),
     ("run", ["--builder", "a=scripted:idle", "--challenge", "{tmp}/odd.toml"], "no-such-check"),
     ("run", ["--builder", "a=scripted:idle", "--unknown-flag"], "No such option"),
+    (
+        "run",
+        ["--builder", "a=scripted:idle", "--challenge", "{tmp}/teleport.toml"],
+        "needs the fault(s) teleport",
+    ),
     ("demo", ["extra"], "unexpected extra argument"),
     ("show", ["no-such-match"], "no match 'no-such-match'"),
     ("show", [], "Missing argument"),
@@ -73,6 +81,7 @@ def scratch(tmp_path: Path) -> Path:
     files = {
         "bad.toml": BAD_CHALLENGE,
         "odd.toml": UNKNOWN_CHECK,
+        "teleport.toml": NEEDS_TELEPORT,
         "dup.toml": DUPLICATE_TERRITORY,
         "limits.toml": IMPOSSIBLE_LIMITS,
         "type.toml": WRONG_TYPE,

@@ -84,8 +84,9 @@ async def start_hostile_server(host: Host, ports: dict[str, int], *, unit: str =
 
 
 def on_port(challenge: Challenge, port: int) -> Challenge:
-    """`challenge` with its service on `port` (checks probe `challenge.port`)."""
-    return challenge.model_copy(update={"port": port})
+    """`challenge` with its service on `port` (checks probe `challenge.port`), served by
+    `start_hostile_server`'s default unit (the referee checks that the unit owns the port)."""
+    return challenge.model_copy(update={"port": port, "unit": "hostile.service"})
 
 
 async def run_check(

@@ -17,7 +17,7 @@ import pytest
 from opsarena.agents import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.hosts import Host
-from tests.agents.contexts import Events, live_members, recording_context, script
+from tests.agents.contexts import Events, alive, cmdline, recording_context, script
 from tests.hardening.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
@@ -66,7 +66,6 @@ async def test_an_agent_ignoring_sigterm_is_killed_with_its_group_at_the_wall_li
     shared_hosts: SharedHosts, tmp_path: Path
 ) -> None:
     host = await shared_hosts("agents")
-    pidfile = tmp_path / "pid"
     program = script(
         tmp_path / "stubborn.sh",
         """
@@ -74,30 +73,30 @@ async def test_an_agent_ignoring_sigterm_is_killed_with_its_group_at_the_wall_li
         trap '' TERM
         for i in 1 2 3; do bash -c 'trap "" TERM; while true; do sleep 0.1; done' & done
         python3 -c 'import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(999)' &
-        echo $$ > "$PIDFILE"
         while true; do sleep 0.1; done
         """,
     )
     grace = 0.5
-    agent = CommandAgent([str(program)], env={"PIDFILE": str(pidfile)}, grace_s=grace, wall_s=2.0)
+    agent = CommandAgent([str(program)], grace_s=grace, wall_s=2.0)
     ctx, _ = context(host)
     started = time.monotonic()
     running = asyncio.create_task(agent.run(ctx))
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert time.monotonic() - started < 10
+    members: list[int] = []
+    while len(members) < 4:  # three bash loops and the python sleeper
+        assert time.monotonic() - started < 10, members
         await asyncio.sleep(0.05)
-    pgid = int(pidfile.read_text())
-    assert len(live_members(pgid)) >= 5
+        pids = agent.cage.pids() if agent.cage is not None else []
+        members = [p for p in pids if b"while true" in cmdline(p) or b"time.sleep" in cmdline(p)]
     outcome = await running
     assert (outcome.terminal_state, outcome.terminal_detail) == (
         "terminated",
         "wall time limit (2s) reached",
     )
     for _ in range(100):  # SIGKILL was sent; the kernel finishes them off
-        if not live_members(pgid):
+        if not alive(members):
             break
         await asyncio.sleep(0.05)
-    assert live_members(pgid) == []
+    assert alive(members) == []
 
 
 async def test_output_cut_exactly_at_a_read_boundary_is_still_reported(
@@ -120,22 +119,23 @@ async def test_a_child_that_starts_its_own_session_is_killed_too(
     shared_hosts: SharedHosts, tmp_path: Path
 ) -> None:
     host = await shared_hosts("agents")
-    pidfile = tmp_path / "escaped"
-    program = script(
-        tmp_path / "escape.sh",
-        '#!/bin/sh\nsetsid sleep 999 &\necho $! > "$PIDFILE"\nsleep 999\n',
-    )
-    agent = CommandAgent([str(program)], env={"PIDFILE": str(pidfile)}, grace_s=0.2, wall_s=1.0)
+    program = script(tmp_path / "escape.sh", "#!/bin/sh\nsetsid sleep 999 &\nsleep 998\n")
+    agent = CommandAgent([str(program)], grace_s=0.2, wall_s=1.0)
     ctx, _ = context(host)
-    await agent.run(ctx)
-    escaped = int(pidfile.read_text())
+    running = asyncio.create_task(agent.run(ctx))
+    escaped: list[int] = []
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        pids = agent.cage.pids() if agent.cage is not None else []
+        escaped = [p for p in pids if cmdline(p) == b"sleep\x00999\x00"]
+        if escaped:
+            break
+    assert escaped, "the child did not start"
+    await running
     await asyncio.sleep(0.5)
     try:
-        alive = (
-            Path(f"/proc/{escaped}").exists()
-            and b"sleep" in Path(f"/proc/{escaped}/cmdline").read_bytes()
-        )
-        assert not alive
+        assert alive(escaped) == []
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(escaped, signal.SIGKILL)
+        for pid in alive(escaped):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

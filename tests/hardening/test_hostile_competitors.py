@@ -55,7 +55,7 @@ async def neighbour(shared_hosts: SharedHosts, challenge: Challenge) -> AsyncIte
     """A host whose service answers at once (and fails write-read every time, so the
     referee attempts it at every cadence)."""
     host = await shared_hosts("neighbour")
-    await start_hostile_server(host, {"healthy": challenge.port})
+    await start_hostile_server(host, {"healthy": challenge.port}, unit="builder-app")
     yield host
 
 

@@ -140,7 +140,7 @@ async def test_the_referee_keeps_its_cadence_for_a_neighbour_of_a_hostile_servic
     timeout), the neighbour answers at once (and keeps failing write-read, so it is
     attempted at every cadence). The neighbour's attempts stay one cadence apart."""
     neighbour = await shared_hosts("neighbour")
-    await start_hostile_server(neighbour, {"healthy": challenge.port})
+    await start_hostile_server(neighbour, {"healthy": challenge.port}, unit="builder-app")
     clock = AttemptClock()
     referee = Referee(challenge, seed=SEED, emit=clock.emit, clock=lambda: 0)
     referee.add_territory("hostile", hostile_host)

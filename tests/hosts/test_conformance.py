@@ -184,8 +184,14 @@ async def test_restart_service_changes_main_pid_and_fails_clearly(driver: HostDr
         before = await host.exec(
             ["systemctl", "show", "-P", "MainPID", "keeper.service"], timeout=10
         )
-        new_pid = await host.restart_service("keeper.service")
+        restart = await host.restart_service("keeper.service")
+        new_pid = restart.main_pid
         assert new_pid not in (0, int(before.stdout))
+        assert host.last_restart == restart
+        assert [proc.inner for proc in restart.before] == [int(before.stdout)]
+        assert restart.killed == ()  # systemd stopped the old process itself
+        members = await host.unit_members("keeper.service")
+        assert [proc.inner for proc in members] == [new_pid]
         after = await host.exec(
             ["systemctl", "show", "-P", "MainPID", "keeper.service"], timeout=10
         )
@@ -276,7 +282,7 @@ async def test_repeated_restarts_never_hit_the_start_rate_limit(driver: HostDriv
         await host.write_file("/etc/systemd/system/limited.service", unit.encode())
         started = await host.exec("systemctl daemon-reload && systemctl start limited", timeout=30)
         assert started.exit_code == 0
-        pids = {await host.restart_service("limited.service") for _ in range(6)}
+        pids = {(await host.restart_service("limited.service")).main_pid for _ in range(6)}
         assert len(pids) == 6
         assert await unit_active(host, "limited.service") == "active"
     finally:
@@ -308,5 +314,31 @@ async def test_disk_usage_counts_writes_and_a_frozen_disk_refuses_them(
         still = await host.exec("echo more > /var/lib/more", timeout=10)
         assert still.exit_code != 0, "the freeze must survive a reboot"
         assert await host.wait_ready(30) in ("running", "degraded")
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))
+
+
+async def test_kernel_facts_name_the_units_processes_and_the_ports_owner(
+    driver: HostDriver,
+) -> None:
+    """`unit_members`, `port_owners` and `init_process`, read from outside the host,
+    agree with what the host itself shows."""
+    match_id = new_match_id("conf")
+    try:
+        host = await driver.create(HostSpec(match_id=match_id, territory="facts", image=TEST_IMAGE))
+        init = host.init_process
+        assert init is not None and init.inner == 1
+        assert await host.port_owners(8080) == []
+        await start_server(host)
+        owners = await host.port_owners(8080)
+        members = await host.unit_members("conf-http.service")
+        assert owners and set(owners) <= set(members)
+        main = await host.exec(["systemctl", "show", "-P", "MainPID", "conf-http"], timeout=10)
+        assert [proc.inner for proc in owners] == [int(main.stdout)]
+        # A process started outside the unit is not one of its members.
+        outside = await host.exec("sleep 300 >/dev/null 2>&1 & echo $!", timeout=10)
+        assert int(outside.stdout) not in {proc.inner for proc in members}
+        with pytest.raises(UnitMissingError):
+            await host.unit_members("nope.service")
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))

@@ -210,8 +210,9 @@ def test_the_sample_input_is_the_brief_and_when_it_is_judged() -> None:
     from opsarena.integrations.inspect.tasks import challenge_task, sample_input
 
     challenge = builtin_challenge("durable-records")
-    text = sample_input(challenge.brief, challenge.total_points)
+    text = sample_input(challenge.brief, challenge.total_points, challenge.settle_s)
     assert text.startswith(challenge.brief.strip())
     assert "after you call submit()" in text and "out of 100" in text
+    assert f"up to {challenge.settle_s:g} s" in text
     task = challenge_task("durable-records")
     assert [s.input for s in task.dataset] == [text]

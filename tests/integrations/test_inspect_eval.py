@@ -36,6 +36,8 @@ pytestmark = pytest.mark.hosts
 
 INSPECT = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "inspect")
 MODEL = "mockllm/model"
+SETTLE_S = 3.0
+"""The scorer's settle window in these tests (the challenge's 30 s would only slow them)."""
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +92,8 @@ async def run_eval(
     logs = await eval_async(
         "opsarena/durable_records",
         model=get_model(MODEL, custom_outputs=conversation),
-        task_args={"image": TEST_IMAGE, "match_prefix": match_prefix},
+        # A short settle window: the failing samples would otherwise be retried for 30 s.
+        task_args={"image": TEST_IMAGE, "match_prefix": match_prefix, "settle_s": SETTLE_S},
         log_dir=str(log_dir),
     )
     assert len(logs) == 1
@@ -185,6 +188,7 @@ def test_inspect_cli_runs_the_task(match_prefix: str, tmp_path: Path) -> None:
             sys.executable, "-c", CLI_WITH_OFFLINE_TOKEN_COUNT,
             "eval", "opsarena/durable_records", "--model", MODEL,
             "-T", f"image={TEST_IMAGE}", "-T", f"match_prefix={match_prefix}",
+            "-T", f"settle_s={SETTLE_S}",
             "--message-limit", "4", "--log-dir", str(tmp_path), "--display", "none",
         ],
         capture_output=True, text=True, timeout=300,

@@ -101,10 +101,16 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
     from opsarena.agents import AgentContext
     from opsarena.agents.scripted import get_scripted
     from opsarena.hosts import HostSpec, get_driver
+    from opsarena.hosts.podman import PodmanDriver
 
     driver = get_driver("podman")
+    # The solved image is made from a host without a user namespace of its own: podman
+    # 4.3 commits a user-namespaced host's files with the machine's uids, which no other
+    # host could use (docs/SECURITY.md, "Hosts").
+    maker = PodmanDriver()
+    maker.podman.confine_flags, maker.podman.global_flags = [], []
     try:
-        host = await driver.create(
+        host = await maker.create(
             HostSpec(match_id=source_match, territory="solver", image=plan.challenge.image)
         )
         ctx = AgentContext(source_match, "solver", "", host, time.monotonic() + 60)

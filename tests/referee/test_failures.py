@@ -18,6 +18,7 @@ from opsarena.errors import (
     HostFileError,
     HostNotFoundError,
     HostUnavailableError,
+    ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
@@ -48,6 +49,7 @@ CASES: list[tuple[BaseException, str, str]] = [
     (UnitMissingError("no unit"), "unit_missing", "verification_failed"),
     (ServiceNotRunningError("inactive"), "service_not_running", "verification_failed"),
     (ServiceRestartError("no new pid"), "restart_failed", "verification_failed"),
+    (ServiceNotRestartedError("not restarted"), "not_restarted", "verification_failed"),
     (HostUnavailableError("podman failed"), "host_unavailable", "referee_error"),
     (HostDownError("stopped by itself"), "host_down", "verification_failed"),
     (HostNotFoundError("gone"), "host_unavailable", "referee_error"),
@@ -75,6 +77,7 @@ def test_every_reason_is_reachable_or_used_by_a_check() -> None:
     from_errors = {reason for _, reason, _ in CASES}
     from_checks = {"bad_status", "wrong_body", "record_missing", "record_corrupted"}
     from_checks |= {"not_ready_after_fault", "wrong_record", "stale_value", "found_unwritten"}
+    from_checks |= {"port_not_owned_by_unit"}
     assert set(REASONS) == from_errors | from_checks
 
 

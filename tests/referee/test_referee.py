@@ -165,7 +165,7 @@ async def start_records_server_outside_the_unit(host: Host) -> None:
 
 
 @pytest.mark.hosts
-async def test_restart_needs_the_named_unit(
+async def test_a_server_outside_the_named_unit_is_not_credited(
     challenge: Challenge, host_factory: HostFactory
 ) -> None:
     host = await host_factory("stray")
@@ -175,23 +175,19 @@ async def test_restart_needs_the_named_unit(
     referee.add_territory("stray", host)
     for _ in range(50):  # until the stray server listens
         up = await referee.evaluate_next("stray")
-        if up is not None and up.outcome == "passed":
+        if up is not None and up.failure_reason not in ("connection_refused", None):
             break
         await asyncio.sleep(0.1)
-    write_read = await referee.evaluate_next("stray")
-    assert write_read is not None and write_read.outcome == "passed"
-
-    missing = await referee.evaluate_next("stray")
-    assert missing is not None and missing.failure_reason == "unit_missing"
-    assert "systemctl restart builder-app.service" in (missing.failure_detail or "")
+    # A server that answers but is not the named unit does not even pass service-up:
+    # the referee asks who owns the port (referee/ownership.py).
+    assert up is not None and up.failure_reason == "unit_missing"
+    assert "builder-app.service" in (up.failure_detail or "")
 
     unit = "[Service]\nExecStart=/usr/bin/sleep infinity\n"
     await host.write_file("/etc/systemd/system/builder-app.service", unit.encode())
     await host.exec(["systemctl", "daemon-reload"], timeout=30)
-    not_running = await referee.evaluate_next("stray")
-    assert not_running is not None and not_running.failure_reason == "service_not_running"
-    faults = log.of("fault_injected")
-    assert [f["ok"] for f in faults] == [False, False]
+    not_owned = await referee.evaluate_next("stray")
+    assert not_owned is not None and not_owned.failure_reason == "port_not_owned_by_unit"
     assert referee.infrastructure_failures == 0
 
 

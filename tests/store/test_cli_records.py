@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opsarena.store import SqliteEventStore
+from opsarena.store import SqliteEventStore, event_hash
 from tests.match.test_fold import DEMO_PLANS, Plan, demo_events, fold_dicts, simulate
 
 
@@ -85,7 +85,13 @@ def test_events_prints_the_log_in_order(db: Path) -> None:
     assert lines[0].split()[:3] == ["1", f"{events[0]['t_ms']}ms", "match_created"]
     as_json = opsarena("events", "demo1", "--json", "--after", "10", "--db", str(db))
     parsed = [json.loads(line) for line in as_json.stdout.splitlines()]
+    hashes = [(event.pop("prev_hash"), event.pop("hash")) for event in parsed]
     assert parsed == events[10:]
+    # Each line carries the chain: anyone can recompute it from this output alone.
+    for event, (prev_hash, digest) in zip(parsed, hashes, strict=True):
+        fields = {k: event[k] for k in ("match_id", "seq", "t_ms", "wall", "data")}
+        assert digest == event_hash(**fields, event_type=event["type"], prev_hash=prev_hash)
+    assert all(prev == before for (prev, _), (_, before) in zip(hashes[1:], hashes, strict=False))
 
 
 def test_events_follow_ends_when_the_match_closes(db: Path) -> None:
@@ -138,3 +144,22 @@ def test_an_impossible_log_is_shown_as_such(tmp_path: Path) -> None:
     assert "still" in out.stderr and out.stderr.count("\n") == 1
     listed = opsarena("ls", "--db", str(path))
     assert listed.returncode == 0 and "invalid log" in listed.stdout
+
+
+def test_verify_passes_an_intact_log_and_says_exit_2_for_bad_input(tmp_path: Path) -> None:
+    from tests.match.test_commitment import NONCE, SEED, committed_events
+
+    db = tmp_path / "verify.db"
+    fill(db, committed_events("v1"))
+    ok = opsarena("verify", "v1", "--db", str(db))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    [line] = ok.stdout.splitlines()
+    assert line.startswith(f"match v1: {len(committed_events('v1'))} events, hash chain intact")
+    assert line.endswith(f"revealed seed {SEED.hex()} matches its commitment")
+    assert NONCE.hex() not in line
+    unknown = opsarena("verify", "nope", "--db", str(db))
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    assert "no match 'nope'" in unknown.stderr
+    missing = opsarena("verify", "v1", "--db", str(tmp_path / "absent.db"))
+    assert missing.returncode == 2 and "no event log at" in missing.stderr
+    assert not (tmp_path / "absent.db").exists()

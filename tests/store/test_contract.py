@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from opsarena.errors import StoreError
-from opsarena.store import MAX_EVENT_BYTES, StoredEvent, open_store
+from opsarena.store import MAX_EVENT_BYTES, StoredEvent, chain_problems, open_store
 from tests.pg import new_database, postgres_available, postgres_server
 
 OLD = "2000-01-01T00:00:00.000Z"
@@ -68,7 +68,11 @@ async def test_append_read_and_summaries(target: str) -> None:
         assert [(e.seq, e.type, e.t_ms) for e in events] == [
             (1, "match_created", -5), (2, "host_provisioning", 3), (3, "match_started", 0),
         ]  # fmt: skip
-        assert events[0] == StoredEvent("m1", 1, "match_created", -5, OLD, {"a": 1})
+        first = events[0]
+        assert (first.match_id, first.seq, first.type, first.t_ms, first.wall, first.data) == (
+            "m1", 1, "match_created", -5, OLD, {"a": 1}
+        )  # fmt: skip
+        assert not chain_problems([e.link() for e in events])  # the chain holds
         assert events[1].data == {"é": "ü", "n": None} and events[1].wall.endswith("Z")
         assert [e.seq for e in await store.read("m1", after=1, limit=1)] == [2]
         assert await store.read("nope") == []

@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from opsarena.errors import StoreError
-from opsarena.store import SqliteEventStore, open_store
+from opsarena.errors import LogTamperedError, StoreError
+from opsarena.store import SqliteEventStore, chain_problems, open_store
 from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
 from tests.pg import new_database, postgres_available, postgres_server
 
@@ -89,15 +89,51 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     assert "hunter2" not in str(err.value)
 
 
-def test_a_row_written_behind_the_store_is_a_clear_error(url: str) -> None:
+def test_a_row_written_behind_the_store_is_refused_then_quarantined(url: str) -> None:
     with open_store(url) as store:
         asyncio.run(store.append("m", "x", {}, 0))
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO events VALUES ('m', 2, 'forged', 0, 'w', '{}')")
-        with pytest.raises(StoreError, match="already taken") as err:
+            conn.execute("INSERT INTO events VALUES ('m', 2, 'forged', 0, 'w', '{}', '', '')")
+        with pytest.raises(LogTamperedError, match="seq 2 is taken") as err:
             asyncio.run(store.append("m", "y", {}, 1))
-        assert "'m'" in str(err.value)
-        assert [e.seq for e in asyncio.run(store.read("m"))] == [1, 2]
+        assert "\n" not in str(err.value)
+        assert [e.seq for e in asyncio.run(store.read("m"))] == [1]  # never the forged row
+        audit = asyncio.run(store.audit("m"))
+        assert (audit.last_seq, [e.seq for e in audit.events]) == (1, [1, 2])
+        moved = asyncio.run(store.quarantine_tail("m", "test forger"))
+        assert moved is not None and (moved.first_seq, moved.rows) == (2, 1)
+        assert asyncio.run(store.append("m", "y", {}, 1)) == 2
+        events = asyncio.run(store.read("m"))
+        assert not chain_problems([e.link() for e in events])
+        quarantined = asyncio.run(store.audit("m")).quarantined
+        assert [(q.event.type, q.reason) for q in quarantined] == [("forged", "test forger")]
+
+
+def test_an_edited_event_breaks_the_chain_and_the_next_append(url: str) -> None:
+    with open_store(url) as store:
+        for i in range(3):
+            asyncio.run(store.append("m", "x", {"i": i}, i))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("""UPDATE events SET data = '{"i":99}' WHERE match_id = 'm' AND seq = 3""")
+        with pytest.raises(LogTamperedError, match="seq 3"):
+            asyncio.run(store.append("m", "y", {}, 9))
+        problems = chain_problems([e.link() for e in asyncio.run(store.audit("m")).events])
+        assert [p.seq for p in problems][:1] == [3]
+
+
+def test_the_vault_is_a_table_of_the_database(url: str) -> None:
+    with open_store(url) as store:
+        vault = store.vault()
+        assert vault.get("m1") is None
+        vault.put("m1", {"seed": "ab", "nonce": "cd"})
+        vault.put("m1", {"seed": "ef", "nonce": "01"})
+        with open_store(url) as other:  # another machine sees it: resume works anywhere
+            assert other.vault().get("m1") == {"seed": "ef", "nonce": "01"}
+        vault.discard("m1")
+        vault.discard("m1")
+        assert vault.get("m1") is None
+        with pytest.raises(ValueError):
+            vault.put("../escape", {})
 
 
 def test_db_migrate_and_copy_from_sqlite(url: str, tmp_path: Path) -> None:

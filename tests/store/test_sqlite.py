@@ -15,10 +15,12 @@ import pytest
 
 from opsarena.errors import StoreError
 from opsarena.store import (
+    GENESIS,
     MAX_EVENT_BYTES,
     SqliteEventStore,
     StoredEvent,
     default_db_path,
+    event_hash,
     open_store,
 )
 from opsarena.store.sqlite import SCHEMA_VERSION
@@ -59,7 +61,11 @@ async def test_append_read_and_summaries(db: Path) -> None:
         assert [(e.seq, e.type, e.t_ms) for e in events] == [
             (1, "match_created", -5), (2, "host_provisioning", 3), (3, "match_started", 0),
         ]  # fmt: skip
-        assert events[0] == StoredEvent("m1", 1, "match_created", -5, OLD, {"a": 1})
+        first_hash = event_hash("m1", 1, "match_created", -5, OLD, {"a": 1}, GENESIS)
+        assert events[0] == StoredEvent(
+            "m1", 1, "match_created", -5, OLD, {"a": 1}, GENESIS, first_hash
+        )
+        assert events[1].prev_hash == first_hash and events[2].prev_hash == events[1].hash
         assert events[1].data == {"é": "ü"} and events[1].wall.endswith("Z")
         assert [e.seq for e in await store.read("m1", after=1, limit=1)] == [2]
         assert await store.read("nope") == []
@@ -211,7 +217,8 @@ def test_default_path_and_its_override(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_stored_event_json_is_the_envelope() -> None:
-    event = StoredEvent("m", 1, "t", 5, "w", {"a": [1]})
+    event = StoredEvent("m", 1, "t", 5, "w", {"a": [1]}, GENESIS, "f" * 64)
     assert json.loads(json.dumps(event.to_json())) == {
         "match_id": "m", "seq": 1, "type": "t", "t_ms": 5, "wall": "w", "data": {"a": [1]},
+        "prev_hash": GENESIS, "hash": "f" * 64,
     }  # fmt: skip

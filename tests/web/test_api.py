@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from unittest.mock import ANY
 
 import httpx
 import pytest
 
 from opsarena.errors import StoreError
+from opsarena.match.commitment import seed_commitment
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore, open_store
 from tests.web.conftest import Played, opsarena
@@ -109,12 +111,17 @@ def test_a_match_written_by_another_writer_streams_live(played: Played, scoreboa
         events = source.read_blocking(played.match_id)  # type: ignore[attr-defined]
     copy_id = f"{played.match_id}-copy"
     writer = open_store(played.db)
+    revealed = events[-1].data  # match_closed: the seed and nonce, revealed
 
     def append(index: int) -> None:
         event = events[index]
         data = dict(event.data)
         if event.type == "match_created":
             data["match_id"] = copy_id
+            # The commitment names its match: a copy needs its own, or the reveal fails.
+            data["seed_commitment"] = seed_commitment(
+                copy_id, bytes.fromhex(revealed["seed_nonce"]), bytes.fromhex(revealed["seed"])
+            )
         writer.append_blocking(  # type: ignore[attr-defined]
             copy_id, event.type, data, event.t_ms, wall=event.wall
         )
@@ -145,7 +152,8 @@ def test_a_match_written_by_another_writer_streams_live(played: Played, scoreboa
         assert listed[copy_id]["state"] == "finished"
         expected = fold_events(events).model_dump(mode="json", by_alias=True)
         got = get(f"{scoreboard}/api/matches/{copy_id}").json()
-        assert got == {**expected, "match_id": copy_id}
+        assert got == {**expected, "match_id": copy_id, "seed_commitment": ANY}
+        assert got["seed_commitment"] != expected["seed_commitment"]
     finally:
         writer.close()
 
@@ -165,6 +173,8 @@ def test_openapi_schema_lists_the_api(scoreboard: str) -> None:
         "/api/matches/{match_id}/events",
         "/api/matches/{match_id}/stream",
         "/api/stream",
+        "/api/tournaments/{tournament_id}",
+        "/api/tournaments/{tournament_id}/stream",
     }
     stream = schema["paths"]["/api/matches/{match_id}/stream"]["get"]["responses"]["200"]
     assert "text/event-stream" in stream["content"]

@@ -8,8 +8,10 @@ certainly not passed) before the milestone can pass. The screenshot goes to arti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -29,8 +31,7 @@ WAIT_S = 120.0
 GATED = """\
 import os, pathlib, shlex, subprocess, sys, time
 
-work = pathlib.Path(sys.argv[1])
-(work / "match").write_text(os.environ["OPSARENA_MATCH"])
+work = pathlib.Path(sys.argv[1])  # read-only in the agent's sandbox
 deadline = time.monotonic() + 120
 while not (work / "go").exists():
     if time.monotonic() > deadline:
@@ -62,6 +63,20 @@ def _wait_for(condition: object, what: str, timeout: float = WAIT_S) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def _started(db: Path) -> str:
+    """The id of the match that started in `db`, or "" while none has."""
+    if not db.exists():
+        return ""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            row = conn.execute(
+                "SELECT match_id FROM events WHERE type = 'match_started'"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return ""
+    return str(row[0]) if row else ""
 
 
 def _cli(*args: str) -> list[str]:
@@ -98,11 +113,12 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
     executable = _chromium()
     url, db = served
     work = tmp_path / "gated"
-    work.mkdir()
+    work.mkdir(mode=0o755)
+    work.chmod(0o755)  # the confined agent runs as an unprivileged user
     (work / "gated.py").write_text(GATED)
     (work / "app.py").write_text(APP)
     (work / "records.service").write_text(UNIT)
-    gated = f"command:{sys.executable} {work / 'gated.py'} {work}"
+    gated = f"command:/usr/bin/python3 {work / 'gated.py'} {work}"
     match = subprocess.Popen(
         _cli(
             "run",
@@ -123,9 +139,9 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
         text=True,
     )
     try:
-        _wait_for(lambda: (work / "match").exists() or match.poll() is not None, "the match")
+        _wait_for(lambda: _started(db) or match.poll() is not None, "the match")
         assert match.poll() is None, match.communicate()[0]
-        match_id = (work / "match").read_text()
+        match_id = _started(db)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(executable))
             page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -58,6 +59,9 @@ def test_run_serve_prints_the_url_serves_the_match_and_stops(tmp_path: Path) -> 
         answer = httpx.get(f"{base}/api/matches/{match_id}", timeout=30)
         assert answer.status_code == 200
         assert answer.json()["match_id"] == match_id
+        # While it runs the record shows the seed's commitment, never the seed.
+        assert answer.json()["match_state"] != "finished"
+        assert answer.json()["seed"] is None and len(answer.json()["seed_commitment"]) == 64
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
     finally:
@@ -66,3 +70,42 @@ def test_run_serve_prints_the_url_serves_the_match_and_stops(tmp_path: Path) -> 
             process.wait()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{base}/api/matches", timeout=5)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as the kernel writes them) of TCP sockets listening on
+    `port`, from /proc/net/tcp and tcp6: no traffic needed to see what is bound."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.rpartition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+def test_serve_binds_loopback_only_by_default(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    open_store(db).close()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "opsarena.cli.main", "serve", "--port", "0", "--db", str(db)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        found: list[str] = []
+        for _ in range(300):
+            found = re.findall(r"http://([\d.]+):(\d+)/", (tmp_path / "serve.log").read_text())
+            if found or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert found, (tmp_path / "serve.log").read_text()
+        host, port = found[0]
+        assert host == "127.0.0.1"
+        assert listening_addresses(int(port)) == {"0100007F"}  # 127.0.0.1, nothing else
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()

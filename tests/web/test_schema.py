@@ -21,9 +21,13 @@ OPERATIONS = [
     "GET /api/matches/{match_id}",
     "GET /api/matches/{match_id}/events",
     "GET /api/matches/{match_id}/stream",
+    "GET /api/tournaments/{tournament_id}",
+    "GET /api/tournaments/{tournament_id}/stream",
 ]
 """Every GET but `/api/stream`, which never ends by design (its first message is tested in
-test_api). The match stream answers 404 for generated ids and closes for a finished match."""
+test_api). The match stream answers 404 for generated ids and closes for a finished match;
+the tournament routes answer 404 here (this log has no tournament; tests/tournament plays
+real ones)."""
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)

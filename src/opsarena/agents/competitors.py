@@ -119,6 +119,12 @@ def parse_competitors(text: str, source: str) -> Competitors:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CompetitorsFileError(f"{source}: not valid TOML: {exc}") from None
+    return check_competitors(raw, source)
+
+
+def check_competitors(raw: Mapping[str, Any], source: str) -> Competitors:
+    """Check a competitors file already read as TOML (or the same tables inside another
+    file, such as a tournament file). Raises `CompetitorsFileError` like `parse_competitors`."""
     try:
         parsed = CompetitorsFile.model_validate(raw)
     except ValidationError as exc:

@@ -1,12 +1,14 @@
 """`$OPSARENA_EXEC` and `$OPSARENA_PUT`: how a command agent's program reaches its host.
 
 Run as a script (standard library only, so it starts fast) by the small wrappers the
-command agent writes; it asks the agent's gate, a unix socket in the arena's process,
-to act on the host, and passes the answer through:
+command agent writes into the program's view; it asks the agent's gate, a unix socket
+served by the arena's process, to act on the host, and passes the answer through:
 
-    shim exec SOCKET WORDS...        run WORDS (joined by spaces) with bash -c in the host;
-                                     stdout, stderr and the exit code pass through
-    shim put SOCKET LOCAL REMOTE     copy local file LOCAL to absolute REMOTE in the host
+    shim exec SOCKET TOKEN WORDS...     run WORDS (joined by spaces) with bash -c in the
+                                        host; stdout, stderr and the exit code pass through
+    shim put SOCKET TOKEN LOCAL REMOTE  copy local file LOCAL to absolute REMOTE in the host
+
+TOKEN is the agent's own gate token (the gate also checks the caller's uid).
 
 Standard input is forwarded to the command when it is a pipe or a file (never a
 terminal). Exit code 255 with a line on stderr means the host could not be reached
@@ -76,14 +78,15 @@ def _request(op: str, args: list[str]) -> dict[str, Any] | str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        print("opsarena: the exec shim needs OPERATION SOCKET ...", file=sys.stderr)
+    if len(argv) < 3:
+        print("opsarena: the exec shim needs OPERATION SOCKET TOKEN ...", file=sys.stderr)
         return 2
-    op, path, args = argv[0], argv[1], argv[2:]
+    op, path, token, args = argv[0], argv[1], argv[2], argv[3:]
     request = _request(op, args)
     if isinstance(request, str):
         print(f"opsarena: {request}", file=sys.stderr)
         return 2
+    request["token"] = token
     try:
         reply = _ask(path, request)
     except (OSError, ValueError) as exc:

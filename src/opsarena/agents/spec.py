@@ -13,7 +13,7 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -106,13 +106,15 @@ LLM_ONLY_SETTINGS = frozenset(
         "stream",
     }
 )
-COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s"})
+COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s", "paths", "network"})
 
 
 class AgentSettings(BaseModel):
     """Per-competitor settings. Which apply depends on the kind: those in
-    `LLM_ONLY_SETTINGS` are for `llm`; `env` and `grace_s` for `command`; `model` (the
-    name the record shows) and `limits.wall_s` for every kind."""
+    `LLM_ONLY_SETTINGS` are for `llm`; `env`, `grace_s`, `paths` (absolute paths the
+    program may read, bound read-only into its sandbox) and `network` (true: the program
+    shares the machine's network, e.g. to reach its own model API; default none) for
+    `command`; `model` (the name the record shows) and `limits.wall_s` for every kind."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -135,6 +137,8 @@ class AgentSettings(BaseModel):
     stream: bool | None = None
     env: dict[str, str] = Field(default_factory=dict)
     grace_s: float | None = Field(default=None, gt=0, description="SIGTERM to SIGKILL")
+    paths: tuple[Annotated[str, Field(pattern=r"^/")], ...] = ()
+    network: bool | None = None
 
     _check_timeouts = field_validator("bash_timeout_s", "request_timeout_s")(_finite_positive)
 

@@ -65,6 +65,17 @@ def brief_for(challenge: Challenge, seed: bytes) -> str:
     return challenge.render_brief(setup_of(challenge).variables(seed))
 
 
+def agent_params(challenge: Challenge, seed: bytes) -> dict[str, object]:
+    """The challenge facts an agent's `params` carry: port, unit, the challenge's name,
+    and the brief's variables (what the brief tells every competitor anyway)."""
+    return {
+        **setup_of(challenge).variables(seed),
+        "port": challenge.port,
+        "unit": challenge.unit,
+        "challenge": challenge.name,
+    }
+
+
 def setup_problems(challenge: Challenge) -> list[str]:
     """One line per problem with the challenge's setup and the brief's variables."""
     try:

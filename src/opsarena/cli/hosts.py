@@ -19,6 +19,7 @@ from rich.table import Table
 from opsarena.cli.output import console, err_console
 from opsarena.errors import DriverMissingError, HostNotFoundError, UsageError
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
+from opsarena.hosts.base import DEFAULT_DISK_MB
 
 MANUAL_MATCH = "cli"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -65,12 +66,18 @@ def up(
     cpus: Annotated[float, typer.Option(min=0.1, max=64, help="CPUs.")] = 1.0,
     memory: Annotated[int, typer.Option(min=64, help="Memory in MiB.")] = 512,
     pids: Annotated[int, typer.Option(min=64, help="Most processes.")] = 1024,
+    power_cut: Annotated[
+        bool, typer.Option("--power-cut", help="Give it a disk that can lose power.")
+    ] = False,
+    disk: Annotated[
+        int, typer.Option(min=64, help="Disk size in MiB (with --power-cut).")
+    ] = DEFAULT_DISK_MB,
     driver: DriverOption = "podman",
 ) -> None:
     """Create and boot a host; returns once systemd in it is up."""
     spec = HostSpec(
         match_id=MANUAL_MATCH, territory=check_name("host name", name), image=image,
-        cpus=cpus, memory_mb=memory, pids_limit=pids,
+        cpus=cpus, memory_mb=memory, pids_limit=pids, power_cut=power_cut, disk_mb=disk,
     )  # fmt: skip
     with err_console.status(f"booting {name}"):
         host = asyncio.run(get_driver(driver).create(spec))
@@ -151,9 +158,41 @@ def restart_service(
     """Restart a unit; returns once it has a new main process."""
 
     async def run() -> int:
-        return await (await _get(driver, name)).restart_service(unit)
+        return (await (await _get(driver, name)).restart_service(unit)).main_pid
 
     console.print(f"{unit} restarted; main PID is now {asyncio.run(run())}")
+
+
+@app.command("crash-service")
+def crash_service(
+    name: Annotated[str, typer.Argument(help="Host.")],
+    unit: Annotated[str, typer.Argument(help="systemd unit.")],
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds to wait for the restart.")
+    ] = 10.0,
+    driver: DriverOption = "podman",
+) -> None:
+    """SIGKILL every process of a unit at once; returns once systemd restarted it."""
+
+    async def run() -> int:
+        return await (await _get(driver, name)).crash_service(unit, timeout=timeout)
+
+    console.print(f"{unit} crashed and was restarted; main PID is now {asyncio.run(run())}")
+
+
+@app.command("power-cut")
+def power_cut(
+    name: Annotated[str, typer.Argument(help="Host (made with --power-cut).")],
+    driver: DriverOption = "podman",
+) -> None:
+    """Cut a host's power (un-synced writes may be lost) and wait until it is ready."""
+
+    async def run() -> None:
+        await (await _get(driver, name)).power_cut()
+
+    with err_console.status(f"cutting the power of {name}"):
+        asyncio.run(run())
+    console.print(f"{name} lost power, booted and is ready")
 
 
 @app.command("reboot")

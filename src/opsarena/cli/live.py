@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from opsarena.cli.output import printable
 from opsarena.cli.records import duration
 from opsarena.match.fold import RecordFolder
 from opsarena.match.record import MatchRecord
@@ -57,13 +58,14 @@ def render(record: MatchRecord) -> Group:
         agent_state = "-"
         if agent is not None:
             agent_state = "running" if agent.running else (agent.terminal_state or "waiting")
+        failure = "-" if territory.durable_at_ms is not None else territory.failure_reason or "-"
         table.add_row(
-            name,
+            printable(name),
             chips,
             str(territory.milestone_points),
             territory.state,
             agent_state,
-            Text("-" if territory.durable_at_ms is not None else territory.failure_reason or "-"),
+            Text(printable(failure)),
         )
     return Group(head, legend, table)
 
@@ -119,7 +121,9 @@ async def watch(store: EventStore, match_id: str, console: Console, *, live: boo
                 if not live:
                     line = progress_line(event)
                     if line:
-                        console.print(line, markup=False, highlight=False, soft_wrap=True)
+                        console.print(
+                            printable(line), markup=False, highlight=False, soft_wrap=True
+                        )
             if live and after:
                 if view is None:
                     view = Live(render(folder.record()), console=console, refresh_per_second=4)

@@ -17,6 +17,8 @@ from opsarena.cli import image as image_cli
 from opsarena.cli import records as records_cli
 from opsarena.cli import run as run_cli
 from opsarena.cli import serve as serve_cli
+from opsarena.cli import tournament as tournament_cli
+from opsarena.cli import verify as verify_cli
 from opsarena.cli.output import fail
 from opsarena.errors import OpsArenaError
 
@@ -31,6 +33,7 @@ app.add_typer(challenges_cli.app, name="challenges")
 app.add_typer(db_cli.app, name="db")
 app.add_typer(hosts_cli.app, name="hosts")
 app.add_typer(image_cli.app, name="image")
+app.add_typer(tournament_cli.app, name="tournament")
 app.command("run")(run_cli.run)
 app.command("demo")(run_cli.demo)
 app.command("done")(run_cli.done)
@@ -39,6 +42,8 @@ app.command("show")(records_cli.show)
 app.command("ls")(records_cli.ls)
 app.command("events")(records_cli.events)
 app.command("serve")(serve_cli.serve)
+app.command("leaderboard")(tournament_cli.leaderboard_command)
+app.command("verify")(verify_cli.verify)
 
 
 def main(argv: list[str] | None = None) -> None:

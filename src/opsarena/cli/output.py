@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 from typing import NoReturn
 
 from rich.console import Console
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control and format characters (ESC, BEL, bidi overrides,
+    ...) other than newline and tab shown as `\\xNN` / `\\uNNNN`, so a competitor's
+    string (agent output, a territory name, a failure detail) can never drive the
+    operator's terminal."""
+    out = []
+    for char in text:
+        if char in "\n\t" or unicodedata.category(char) not in ("Cc", "Cf"):
+            out.append(char)
+        elif ord(char) <= 0xFF:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return "".join(out)
 
 
 def fail(message: str, *, code: int = 2) -> NoReturn:

@@ -13,11 +13,12 @@ from typing import Annotated
 
 import typer
 
-from opsarena.cli.output import console
+from opsarena.cli.output import console, printable
 from opsarena.errors import EventLogError, MatchNotFoundError
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.store import DB_ENV, EventStore, StoredEvent, open_store
+from opsarena.tournament.record import is_tournament_stream
 
 DbOption = Annotated[
     str | None,
@@ -89,7 +90,11 @@ def print_summary(record: MatchRecord) -> None:
     """The human-readable view of a record (the same facts as the JSON, fewer of them)."""
     lines = [
         f"match {record.match_id}: {record.challenge} ({record.challenge_title}), "
-        f"seed {record.seed}",
+        + (
+            f"seed {record.seed}"
+            if record.seed is not None
+            else f"seed secret until the match closes (commitment {record.seed_commitment})"
+        ),
         f"state {record.match_state}, finish: {record.finish_reason or 'not yet'}, "
         f"winner: {record.winner or 'none'}, elapsed {duration(record.elapsed_ms)}, "
         f"{record.last_sequence} events, {record.infrastructure_failures} infrastructure failures",
@@ -157,7 +162,7 @@ def print_summary(record: MatchRecord) -> None:
         tokens = f"{agent.input_tokens}/{agent.output_tokens}"
         rows.append((name, agent.model, state, tokens, cost, detail))
     lines.append(columns(("agent", "model", "state", "tokens in/out", "cost $", "detail"), rows))
-    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    console.print(printable("\n".join(lines)), markup=False, highlight=False, soft_wrap=True)
 
 
 LEDGER_COLUMNS = (
@@ -180,12 +185,14 @@ def ls(
     with open_db(db) as store:
         rows = asyncio.run(_ls_rows(store, limit))
     header = ("match", "challenge", "state", "finish", "winner", "duration", "created")
-    console.print(columns(header, rows), markup=False, highlight=False, soft_wrap=True)
+    console.print(printable(columns(header, rows)), markup=False, highlight=False, soft_wrap=True)
 
 
 async def _ls_rows(store: EventStore, limit: int) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for summary in await store.list_matches(limit):
+        if is_tournament_stream(summary.match_id):
+            continue  # `opsarena tournament ls` lists those
         created = summary.created_wall[:19].replace("T", " ")
         try:
             record = fold_events(await store.read(summary.match_id))
@@ -246,6 +253,6 @@ def _print_event(event: StoredEvent, as_json: bool) -> None:
         data = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False)
         if len(data) > EVENT_TEXT_LIMIT:
             data = data[: EVENT_TEXT_LIMIT - 1] + "…"
-        line = f"{event.seq:>6} {event.t_ms:>9}ms {event.type:<18} {data}"
+        line = printable(f"{event.seq:>6} {event.t_ms:>9}ms {event.type:<18} {data}")
     sys.stdout.write(line + "\n")
     sys.stdout.flush()

@@ -1,7 +1,9 @@
 """`opsarena run`, `opsarena demo` and `opsarena done`: play a match and take part in one.
 
 Everything is checked before anything is made: the challenge, every agent spec,
-the seed, the record path. Errors are one line with exit code 2.
+the seed, the record path. Errors are one line with exit code 2. Nothing here prints the
+seed while a match runs: the live view shows the log, which holds only its commitment, and
+the summary printed at the end shows the seed once `match_closed` has revealed it.
 """
 
 from __future__ import annotations
@@ -20,15 +22,22 @@ from typing import Annotated
 import typer
 
 from opsarena.agents.competitors import Competitor, competitor_from_cli, load_competitors
-from opsarena.agents.human import human_instructions
+from opsarena.agents.human import (
+    DONE_TOKEN_ENV,
+    done_proof,
+    human_instructions,
+    operator_key,
+    operator_key_path,
+)
 from opsarena.challenges.catalog import find_challenge
 from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, load_record, open_db, print_summary
 from opsarena.errors import MatchError, UsageError
 from opsarena.match.controller import Controller, MatchPlan
-from opsarena.match.events import CompetitorDone
+from opsarena.match.events import DoneRequested
 from opsarena.match.record import MatchRecord
+from opsarena.store import EventStore
 from opsarena.web import ScoreboardServer, start_scoreboard
 
 DEMO_BUILDERS = {
@@ -142,7 +151,11 @@ ServeOption = Annotated[
 
 def run(
     challenge: Annotated[
-        str, typer.Option("--challenge", help="Built-in challenge name or challenge file.")
+        str,
+        typer.Option(
+            "--challenge",
+            help="Built-in challenge name, or a challenge directory (or TOML file) path.",
+        ),
     ] = "durable-records",
     builder: Annotated[
         list[str] | None,
@@ -222,7 +235,9 @@ def _announce_humans(plan: MatchPlan) -> None:
     for competitor in plan.competitors:
         if competitor.kind == "human":
             err_console.print(
-                human_instructions(plan.match_id, competitor.territory),
+                human_instructions(
+                    plan.match_id, competitor.territory, plan.done_token(competitor.territory)
+                ),
                 markup=False,
                 soft_wrap=True,
             )
@@ -250,12 +265,28 @@ def demo(
     )
 
 
+DONE_WAIT_S = 15.0
+"""How long `opsarena done` waits for the controller to accept the request."""
+
+
 def done(
     match_id: Annotated[str, typer.Argument(metavar="MATCH", help="Match id.")],
     territory: Annotated[str, typer.Argument(help="Your territory.")],
+    operator: Annotated[
+        bool,
+        typer.Option(
+            "--operator",
+            help="Declare it as the arena's operator (proven with the operator key file).",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
-    """Declare your territory finished (for `human` competitors)."""
+    """Declare your territory finished (for `human` competitors).
+
+    Give the token `opsarena run` printed for your territory in $OPSARENA_DONE_TOKEN (or
+    type it when asked). The match's controller checks it and answers; nothing is
+    declared without it.
+    """
     with open_db(db) as store:
         record = asyncio.run(load_record(store, match_id))
         if territory not in record.territories:
@@ -266,13 +297,63 @@ def done(
         agent = record.agents[record.territories[territory].agent]
         if agent.kind != "human":
             raise UsageError(f"{territory} is played by a {agent.kind} agent, not a person")
-        data = CompetitorDone(territory=territory, by=getpass.getuser())
-        asyncio.run(
-            store.append(match_id, data.event_type, data.model_dump(mode="json"), record.elapsed_ms)
+        secret = _done_secret(operator)
+        data = DoneRequested(
+            territory=territory,
+            by=getpass.getuser(),
+            proof=done_proof(secret, match_id, territory),
+            proof_kind="operator" if operator else "token",
+        )
+        accepted = asyncio.run(_request_done(store, match_id, data, record.elapsed_ms))
+    if not accepted:
+        what = "the operator key" if operator else "the token"
+        raise MatchError(
+            f"{territory} was not declared done: {what} does not match, "
+            "or the match's controller is not running"
         )
     console.print(
         f"{territory} declared done; the referee makes its final verification", markup=False
     )
+
+
+def _done_secret(operator: bool) -> str:
+    """The secret `opsarena done` proves: the operator key, or the territory's token
+    ($OPSARENA_DONE_TOKEN, else typed at a prompt). Raises `UsageError` without one."""
+    if operator:
+        key = operator_key()
+        if key is None:
+            raise UsageError(
+                f"--operator needs the operator key {operator_key_path()}: "
+                "run as the arena's user (or set OPSARENA_OPERATOR_KEY)"
+            )
+        return key
+    token = os.environ.get(DONE_TOKEN_ENV, "").strip()
+    if not token and sys.stdin.isatty():
+        token = str(typer.prompt("done token", hide_input=True)).strip()
+    if not token:
+        raise UsageError(
+            f"opsarena done needs your territory's token: set {DONE_TOKEN_ENV} "
+            "to the token `opsarena run` printed for you"
+        )
+    return token
+
+
+async def _request_done(store: EventStore, match_id: str, data: DoneRequested, t_ms: int) -> bool:
+    """Log `data` and wait (at most `DONE_WAIT_S`) for the controller's `competitor_done`
+    for its territory; True when it came."""
+    seq = await store.append(match_id, data.event_type, data.model_dump(mode="json"), t_ms)
+    try:
+        async with asyncio.timeout(DONE_WAIT_S):
+            async for event in store.follow(match_id, after=seq, poll_s=0.1):
+                if event.type == "competitor_done" and event.data.get("territory") == (
+                    data.territory
+                ):
+                    return True
+                if event.type == "match_closed":
+                    return False
+    except TimeoutError:
+        return False
+    return False
 
 
 def resume(
@@ -292,6 +373,12 @@ def resume(
     """
     live = sys.stdout.isatty() and not quiet
     with open_db(db) as store:
+        summary = asyncio.run(store.summary(match_id))
+        if summary is not None and summary.last_type == "match_closed":
+            raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")
+        if summary is not None:
+            # A forged tail is set aside first; a log broken deeper is refused, one line.
+            asyncio.run(Controller.repair_log(store, match_id))
         record = asyncio.run(load_record(store, match_id))
         if record.match_state == "finished":
             raise MatchError(f"match {match_id} is finished already: opsarena show {match_id}")

@@ -3,24 +3,32 @@
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_POWER_CUT,
+    FAULT_SERVICE_CRASH,
     ExecResult,
     Host,
     HostDriver,
     HostInfo,
     HostSpec,
+    ServiceRestart,
 )
 from opsarena.hosts.image import DEFAULT_IMAGE
+from opsarena.hosts.kernel import Proc
 from opsarena.hosts.registry import driver_names, get_driver, register_driver
 
 __all__ = [
     "DEFAULT_FILE_LIMIT",
     "DEFAULT_IMAGE",
     "DEFAULT_OUTPUT_LIMIT",
+    "FAULT_POWER_CUT",
+    "FAULT_SERVICE_CRASH",
     "ExecResult",
     "Host",
     "HostDriver",
     "HostInfo",
     "HostSpec",
+    "Proc",
+    "ServiceRestart",
     "driver_names",
     "get_driver",
     "register_driver",

@@ -1,7 +1,10 @@
 """The `Host` contract every driver implements, and the `HostDriver` that makes hosts.
 
 A host behaves like a small machine: a real init (systemd), a disk that survives
-reboots, and a network stack of its own with no route anywhere. The arena talks to
+reboots, and a network stack of its own with no route anywhere. It is hostile: root in
+it is the competitor, who can replace any program there. So a driver never runs a
+program of the host's with the arena's privileges, and whatever it reports as a
+fact (processes, cgroups, sockets, mounts) it reads from outside the host. The arena talks to
 it only through this interface. The conformance suite (`tests/hosts/`) tests every
 sentence of these docstrings against each registered driver.
 """
@@ -14,7 +17,8 @@ import builtins
 import contextlib
 from dataclasses import dataclass, field
 
-from opsarena.errors import HostNotFoundError
+from opsarena.errors import FaultUnsupportedError, HostNotFoundError
+from opsarena.hosts.kernel import Proc
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 """Bytes kept per output stream of `Host.exec` unless the caller asks otherwise."""
@@ -24,6 +28,15 @@ DEFAULT_FILE_LIMIT = 100 * 1024 * 1024
 
 TIMEOUT_EXIT_CODE = 124
 """`ExecResult.exit_code` of a command killed because it ran past its timeout."""
+
+FAULT_SERVICE_CRASH = "crash"
+"""`Host.crash_service`: every process of a unit killed at once; systemd must restart it."""
+
+FAULT_POWER_CUT = "power-cut"
+"""`Host.power_cut`: every process dies and every write not made durable may be lost."""
+
+DEFAULT_DISK_MB = 1024
+"""Size of a power-cut-capable host's disk (it is also that host's exact disk quota)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,38 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class ServiceRestart:
+    """What one `Host.restart_service` did, as the kernel shows it from outside.
+
+    `before` is every process in the unit's cgroup just before the restart (this
+    machine's pids with start times); none of them runs any more. `started` is the
+    moment the restart began, in the unit of `Proc.start`: a process started before it
+    is not a new process of the restarted unit, wherever it was. `killed` are those
+    that were still alive when the host's systemd said the restart was done (a
+    `KillMode=process` child, or a "systemd" that did not restart anything): the arena
+    killed them from outside. `main_pid` is the new main process, as the host numbers
+    it: a process in the unit's cgroup that did not exist before.
+    """
+
+    unit: str
+    main_pid: int
+    before: tuple[Proc, ...]
+    killed: tuple[Proc, ...]
+    started: int = 0
+
+    def describe(self) -> str:
+        """One line for the record: the new main PID and whatever the arena had to kill."""
+        text = f"{self.unit} restarted; its new main PID is {self.main_pid}"
+        if self.killed:
+            pids = ", ".join(str(proc.inner or proc.pid) for proc in self.killed)
+            text += (
+                f"; {len(self.killed)} old process(es) of the unit survived the restart "
+                f"and were killed by the arena (PID {pids})"
+            )
+        return text
+
+
+@dataclass(frozen=True)
 class HostSpec:
     """What a driver needs to create one host.
 
@@ -61,6 +106,10 @@ class HostSpec:
     cpus: float = 1.0
     memory_mb: int = 512
     pids_limit: int = 1024
+    power_cut: bool = False
+    """Give the host a disk of its own that can lose power (`Host.power_cut`); such a
+    disk has exactly `disk_mb` MiB. Ordinary hosts (False) write to the driver's storage."""
+    disk_mb: int = DEFAULT_DISK_MB
 
 
 @dataclass(frozen=True)
@@ -134,17 +183,40 @@ class Host(abc.ABC):
         over `DEFAULT_FILE_LIMIT` or the host refused the write (disk full, a directory
         in the way)."""
 
-    @abc.abstractmethod
-    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
-        """Restart systemd `unit` and return its new main PID.
+    last_restart: ServiceRestart | None
+    """What the latest `restart_service` of this object did (None before the first)."""
 
-        Returns once the unit's MainPID is non-zero and differs from the one before.
-        The restart does not count toward the unit's start rate limit (the arena's
-        restarts are not crashes), so repeated checks never make a unit hit it.
-        Raises `UnitMissingError` if the unit does not exist, `ServiceNotRunningError`
-        if it has no main process to restart, and `ServiceRestartError` if no new main
-        process appeared within `timeout` seconds.
+    @abc.abstractmethod
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> ServiceRestart:
+        """Restart systemd `unit` and return what the restart did (also `last_restart`).
+
+        The restart is asked of the host's systemd without running any program of the
+        host's; its effect is confirmed from outside: every process that was in the
+        unit's cgroup before is gone afterwards (survivors are killed by the arena and
+        listed in `killed`), and the returned `main_pid` is a process in the unit's
+        cgroup that did not exist before. The restart does not count toward the unit's
+        start rate limit (the arena's restarts are not crashes), so repeated checks
+        never make a unit hit it. Raises `UnitMissingError` if the unit does not exist,
+        `ServiceNotRunningError` if it has no main process to restart, and
+        `ServiceRestartError` if no new main process appeared within `timeout` seconds.
         """
+
+    @abc.abstractmethod
+    async def unit_members(self, unit: str) -> list[Proc]:
+        """Every process now in `unit`'s cgroup (and the cgroups below it), read from the
+        arena's cgroupfs; only processes of this host count. Raises `UnitMissingError`
+        if the unit does not exist."""
+
+    @abc.abstractmethod
+    async def port_owners(self, port: int) -> list[Proc]:
+        """The host's processes holding a TCP socket that listens on `port` (any address,
+        IPv4 or IPv6), read from outside (the host's socket table and its processes'
+        fds); empty when nothing listens."""
+
+    @property
+    @abc.abstractmethod
+    def init_process(self) -> Proc | None:
+        """The host's init as of the latest boot the arena saw (None before it looked)."""
 
     @abc.abstractmethod
     async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
@@ -161,7 +233,8 @@ class Host(abc.ABC):
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> str:
         """Wait until systemd in the host reports `running` or `degraded` and return
-        that state. Raises `HostBootError` after `timeout` seconds."""
+        that state. It is asked without running any program of the host's (and without
+        `podman exec`). Raises `HostBootError` after `timeout` seconds."""
 
     @abc.abstractmethod
     async def disk_usage(self) -> int:
@@ -173,9 +246,40 @@ class Host(abc.ABC):
     async def freeze_disk(self) -> None:
         """Make the host's disk read-only, at once and until the host is removed:
         `reboot` applies it again before it returns. Reading, running, /run and /tmp
-        stay as they were. The arena does this to a host over its disk quota, so a
-        competitor that fills its disk fails alone instead of filling the machine.
+        stay as they were. No program of the host's runs for it, and it returns only
+        once the kernel's mount table shows the host's `/` read-only. The arena does
+        this to a host over its disk quota, so a competitor that fills its disk fails
+        alone instead of filling the machine.
         Raises `HostUnavailableError`."""
+
+    async def crash_service(self, unit: str, *, timeout: float = 10.0) -> int:
+        """Crash systemd `unit`: SIGKILL every process in its cgroup at once, from
+        outside the host, and return the host's pid of the new main process systemd
+        started by itself (the unit's own `Restart=`).
+
+        The kill is confirmed from outside (none of the old processes, by pid and start
+        time, is alive); the new process is one the host's init started in the unit's
+        cgroup. A write the service held only in memory is gone; one in a file is not.
+        Raises `UnitMissingError` for a name that is not a unit, `ServiceNotRunningError`
+        when the unit has no process to kill, `ServiceNotRestartedError` when no new
+        process appeared within `timeout` seconds of the kill (the competitor's fault),
+        `FaultUnsupportedError` when the driver lacks the fault.
+        """
+        raise FaultUnsupportedError(f"host {self.name} cannot crash a service")
+
+    async def power_cut(self, *, timeout: float = 60.0) -> None:
+        """Cut the host's power: every process dies at once, every write to its disk
+        not made durable (fsync/fdatasync/sync/O_SYNC of the file, and an fsync of the
+        directory for a create or rename) may be lost, writes made durable before the
+        cut never are; then the host boots and is ready, confirmed like `reboot` (new
+        init start time; `boots` grows by one). Raises `FaultUnsupportedError` for a
+        host created without `HostSpec.power_cut`, `HostBootError` when it is not ready
+        within `timeout` seconds, `HostNotFoundError` when it was removed meanwhile
+        (it then never boots again).
+        """
+        raise FaultUnsupportedError(
+            f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
+        )
 
     @abc.abstractmethod
     async def connect(
@@ -201,6 +305,8 @@ class HostDriver(abc.ABC):
 
     name: str
     faults: frozenset[str] = frozenset()
+    """The faults (`FAULT_*` names) this driver's hosts support; a challenge that needs
+    another one is refused before its match starts."""
 
     @abc.abstractmethod
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:

@@ -7,23 +7,42 @@ container's network namespace) and runs commands through `podman exec`.
 What a machine needs is detected when the driver starts, never assumed: a hybrid
 cgroup hierarchy needs the runc runtime (crun refuses it), and ulimits are capped
 at the arena's own hard limits (raising them needs CAP_SYS_RESOURCE).
+
+Trust: the arena never runs a program from a host's filesystem with its own
+privileges. Readiness and restarts go over the host's private systemd bus
+(`systemd_bus`); the effect of a restart and of a disk freeze is confirmed with
+kernel facts read from outside (`kernel`); the freeze itself is mount(2) from a thread
+that entered the host's mount namespace. Only `exec`, `read_file` and `write_file` run
+inside a host, through `podman exec`, exactly as confined as the competitor's own
+commands, and their output is never evidence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
+import ctypes
+import ctypes.util
+import hashlib
 import json
 import os
 import re
 import resource
 import shutil
 import signal
+import sys
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from opsarena.errors import (
     DriverMissingError,
+    FaultUnsupportedError,
     HostBootError,
     HostDownError,
     HostError,
@@ -31,25 +50,37 @@ from opsarena.errors import (
     HostNotFoundError,
     HostUnavailableError,
     ImageMissingError,
+    ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
 )
+from opsarena.hosts import crash, kernel, powerdisk
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_POWER_CUT,
+    FAULT_SERVICE_CRASH,
     TIMEOUT_EXIT_CODE,
     ExecResult,
     Host,
     HostDriver,
     HostInfo,
     HostSpec,
+    ServiceRestart,
 )
+from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
+from opsarena.hosts.systemd_bus import BusError, SystemdBus
 
 LABEL_MATCH = "opsarena.match"
 LABEL_TERRITORY = "opsarena.territory"
+LABEL_DISK = "opsarena.disk"
+"""`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`)."""
+LABEL_IMAGE = "opsarena.image"
+RUNC_ROOT = "/run/runc"
+"""Where runc keeps its containers' state for podman run as root."""
 PODMAN_TIMEOUT = 30.0
 # Ceilings for the hosts' ulimits. Podman's defaults (1048576) exceed the hard limits
 # of an unprivileged arena, and conmon may run with a lower NPROC hard limit than the
@@ -83,8 +114,10 @@ class Podman:
             )
         self.binary = found
         self.run_flags = self._detect_run_flags()
-        self.nsenter = shutil.which("nsenter")
-        """util-linux's nsenter, for the arena's own queries inside a host (or None)."""
+        self.global_flags: list[str] = []
+        """Flags before podman's subcommand (the arena's hooks directory)."""
+        self.confine_flags = self._prepare_confinement()
+        """`podman run` flags that confine a host (see `_prepare_confinement`)."""
 
     @staticmethod
     def _detect_run_flags() -> list[str]:
@@ -101,6 +134,53 @@ class Podman:
         flags += ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
         return flags
 
+    def _prepare_confinement(self) -> list[str]:
+        """The flags that put a host in a user namespace of its own, deny it new user
+        namespaces, and leave it no writable file of the machine's disk.
+
+        - `--userns auto`: podman gives each host a distinct range of the uids listed
+          for `containers` in /etc/subuid and /etc/subgid, so no host shares the arena's
+          ids, and the arena's `start_hook` (run by podman before the host's init, at
+          every start) caps its per-user kernel limits (inotify instances and watches)
+          in that namespace: the owner of every host's namespace is the machine's root,
+          so without a cap of its own a host could spend root's whole budget. On a
+          cgroup v1/hybrid machine the hook also hands the host its systemd cgroup
+          (runc leaves it owned by the machine's root).
+        - a seccomp profile derived from podman's default that refuses `CLONE_NEWUSER`
+          in clone/unshare and answers clone3 with ENOSYS (so libc falls back to clone).
+        - `--no-hosts` and read-only binds for /etc/hostname and /run/.containerenv: the
+          files podman would bind read-write from the machine's disk, outside the host's
+          measured layer.
+        """
+        state = platformdirs.user_state_path("opsarena") / "hosts"
+        flags: list[str] = []
+        if not _has_subids("containers"):
+            raise DriverMissingError(
+                "hosts need uid ranges of their own: add `containers:1073741824:1073741824` "
+                "to /etc/subuid and /etc/subgid (./bootstrap does it)"
+            )
+        flags += ["--userns", "auto:size=65536"]
+        budget = _read_int("/proc/sys/user/max_inotify_instances")
+        if budget is not None and budget < MACHINE_INOTIFY_INSTANCES:
+            raise DriverMissingError(
+                f"the machine's root may hold only {budget} inotify instances, which a few "
+                f"hosts (64 each) could spend: sysctl -w fs.inotify.max_user_instances="
+                f"{MACHINE_INOTIFY_INSTANCES} (./bootstrap does it)"
+            )
+        hooks = _write_once(state, "hook.json", _hook_config())
+        self.global_flags = ["--hooks-dir", str(hooks.parent)]
+        flags += ["--annotation", f"{HOOK_ANNOTATION}=1"]
+        profile = _write_once(state, "seccomp.json", seccomp_profile(DEFAULT_SECCOMP))
+        flags += ["--security-opt", f"seccomp={profile}"]
+        empty = _write_once(state, "containerenv", b"")
+        flags += ["--no-hosts", "--mount", f"type=bind,src={empty},dst=/run/.containerenv,ro=true"]
+        self.state_dir = state
+        return flags
+
+    def hostname_file(self, territory: str) -> Path:
+        """A read-only-mounted /etc/hostname for a host of `territory`."""
+        return _write_once(self.state_dir, "hostname", f"{territory}\n".encode())
+
     async def run(
         self,
         *args: str,
@@ -110,7 +190,10 @@ class Podman:
     ) -> ProcessResult:
         """Run `podman ARGS`. Raises `HostUnavailableError` when podman itself hangs."""
         result = await run_process(
-            [self.binary, *args], timeout=timeout, input=input, output_limit=output_limit
+            [self.binary, *self.global_flags, *args],
+            timeout=timeout,
+            input=input,
+            output_limit=output_limit,
         )
         if result.timed_out:
             raise HostUnavailableError(f"podman {args[0]} did not answer within {timeout:g}s")
@@ -124,10 +207,135 @@ class Podman:
         return result.stdout.decode(errors="replace")
 
 
+def _without_userns(flags: list[str]) -> list[str]:
+    """`flags` without their `--userns VALUE` pair."""
+    kept: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == "--userns":
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
+
+
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
 
+
+HOOK_ANNOTATION = "opsarena.start-hook"
+DEFAULT_SECCOMP = "/usr/share/containers/seccomp.json"
+CLONE_NEWUSER = 0x10000000
+ENOSYS = 38
+EPERM = 1
+
+
+MACHINE_INOTIFY_INSTANCES = 8192
+"""Least inotify budget of the machine's root the driver accepts (hosts are capped at 64
+each in their own namespace by `start_hook`, and all are charged to root as well)."""
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as value:
+            return int(value.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _has_subids(user: str) -> bool:
+    """Whether /etc/subuid and /etc/subgid both give `user` a range."""
+    for name in ("/etc/subuid", "/etc/subgid"):
+        try:
+            with open(name) as listing:
+                if not any(line.split(":", 1)[0] == user for line in listing):
+                    return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _write_once(directory: Path, name: str, data: bytes) -> Path:
+    """`directory/<sha>-name` holding `data`, written atomically if not there yet (many
+    arena processes share it; the content names the file, so none overwrites another)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    if name == "hook.json":  # podman reads every *.json of a hooks directory
+        directory = directory / f"hooks-{digest}"
+        directory.mkdir(exist_ok=True)
+        path = directory / name
+    else:
+        path = directory / f"{digest}-{name}"
+    if not path.exists():
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_bytes(data)
+        temporary.chmod(0o644)
+        os.replace(temporary, path)
+    return path
+
+
+def _hook_config() -> bytes:
+    hook = str(Path(__file__).with_name("start_hook.py"))
+    config = {
+        "version": "1.0.0",
+        "hook": {"path": sys.executable, "args": [sys.executable, "-I", "-S", hook]},
+        "when": {"annotations": {f"^{re.escape(HOOK_ANNOTATION)}$": ".*"}},
+        "stages": ["createRuntime"],
+    }
+    return json.dumps(config, indent=1).encode()
+
+
+def seccomp_profile(default_path: str) -> bytes:
+    """Podman's default seccomp profile at `default_path`, changed so a host cannot make
+    user namespaces: clone and unshare with `CLONE_NEWUSER` fail with EPERM, clone3
+    (whose flags seccomp cannot read) fails with ENOSYS. Everything else is unchanged.
+    Raises `DriverMissingError` when the default profile is not there."""
+    try:
+        with open(default_path) as default:
+            profile: dict[str, Any] = json.load(default)
+    except OSError as exc:
+        raise DriverMissingError(
+            f"podman's default seccomp profile {default_path} is missing: "
+            "apt-get install golang-github-containers-common"
+        ) from exc
+    denied = {"clone", "clone3", "unshare"}
+    for rule in profile["syscalls"]:
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            rule["names"] = [name for name in rule["names"] if name not in denied]
+    profile["syscalls"] = [rule for rule in profile["syscalls"] if rule["names"]]
+    without_newuser = {
+        "index": 0,
+        "value": CLONE_NEWUSER,
+        "valueTwo": 0,
+        "op": "SCMP_CMP_MASKED_EQ",
+    }
+    with_newuser = {**without_newuser, "valueTwo": CLONE_NEWUSER}
+    for name in ("clone", "unshare"):
+        profile["syscalls"].append(
+            {"names": [name], "action": "SCMP_ACT_ALLOW", "args": [without_newuser]}
+        )
+        profile["syscalls"].append(
+            {
+                "names": [name],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": EPERM,
+                "args": [with_newuser],
+            }
+        )
+    profile["syscalls"].append(
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS}
+    )
+    return json.dumps(profile, indent=1).encode()
+
+
+INIT_GONE_GRACE_S = 5.0
+"""How long `connect` waits for podman to say whether a host whose init died is down."""
+
+REMOVE_ATTEMPTS = 5
+"""`remove` tries this many times while podman finds the host's shm mount busy."""
 
 FREEZE_ROUNDS = 20
 """`freeze_disk` tries this many times to catch the host without a file open for writing."""
@@ -200,11 +408,65 @@ def _init_start_time(pid: int) -> int | None:
     return int(fields[19])  # field 22 of stat(5); fields[0] here is field 3
 
 
+CLONE_FS = 0x00000200
+CLONE_NEWNS = 0x00020000
+MS_RDONLY = 1
+MS_REMOUNT = 32
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def remount_root_read_only(init_pid: int) -> str | None:
+    """Remount the root filesystem of the host of `init_pid` read-only with mount(2)
+    itself: no program (the host's `mount` least of all) runs for it. Returns None on
+    success, else the error.
+
+    A fresh thread unshares its filesystem attributes (so it alone may change mount
+    namespace), enters the host's mount namespace, remounts and ends; the arena's other
+    threads never leave their own namespace.
+    """
+    try:
+        ns_fd = os.open(f"/proc/{init_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"the host's init is gone ({exc.strerror})"
+    outcome: list[str | None] = []
+
+    def enter_and_remount() -> None:
+        steps: tuple[tuple[str, Callable[[], int]], ...] = (
+            ("unshare(CLONE_FS)", lambda: int(_libc.unshare(CLONE_FS))),
+            ("setns(mnt)", lambda: int(_libc.setns(ns_fd, CLONE_NEWNS))),
+            (
+                "mount(remount,ro)",
+                lambda: int(_libc.mount(None, b"/", None, MS_REMOUNT | MS_RDONLY, None)),
+            ),
+        )
+        for step, call in steps:
+            if call() != 0:
+                outcome.append(f"{step}: {os.strerror(ctypes.get_errno())}")
+                return
+        outcome.append(None)
+
+    try:
+        thread = threading.Thread(target=enter_and_remount, name=f"mnt-{init_pid}", daemon=True)
+        thread.start()
+        thread.join()
+    finally:
+        os.close(ns_fd)
+    return outcome[0] if outcome else "the remount thread failed"
+
+
 class PodmanHost(Host):
     """A podman container booted with systemd. See `Host` for the contract."""
 
-    def __init__(self, podman: Podman, name: str, match_id: str, territory: str) -> None:
+    def __init__(
+        self,
+        podman: Podman,
+        name: str,
+        match_id: str,
+        territory: str,
+        disk: powerdisk.PowerDisk | None = None,
+    ) -> None:
         self.podman = podman
+        self.disk = disk
         self.name = name
         self.match_id = match_id
         self.territory = territory
@@ -213,6 +475,9 @@ class PodmanHost(Host):
         self._boot_id: int | None = None
         self._frozen = False
         self._rebooting = False
+        self.last_crash_restart_ms: int | None = None
+        """Milliseconds from the last `crash_service` kill to the new main process."""
+        self.last_restart: ServiceRestart | None = None
 
     @property
     def boots(self) -> int:
@@ -231,7 +496,8 @@ class PodmanHost(Host):
 
     async def _init_pid(self) -> int:
         """PID (on this machine) of the host's init, refreshed when the host rebooted."""
-        if self._pid and _init_start_time(self._pid) == self._boot_id:
+        known = self._pid and self._boot_id is not None
+        if known and kernel.alive(Proc(self._pid, self._boot_id or 0)):  # a zombie is gone
             return self._pid
         state = (await self._inspect())["State"]
         if not state.get("Running"):
@@ -248,6 +514,10 @@ class PodmanHost(Host):
             )
         self._pid = int(state["Pid"])
         self._boot_id = _init_start_time(self._pid)
+        if self._boot_id is None or not kernel.alive(Proc(self._pid, self._boot_id)):
+            # init died (or is a zombie) and podman has not noticed yet
+            self._pid = 0
+            raise HostUnavailableError(f"{self.name} is not running (init is gone)")
         return self._pid
 
     async def exec(
@@ -311,59 +581,113 @@ class PodmanHost(Host):
         if result.exit_code != 0:
             raise HostFileError(f"cannot write {path} in {self.name}: {_last_line(result.stderr)}")
 
-    async def _unit_state(self, unit: str) -> tuple[str, str, int]:
-        result = await self.exec(
-            ["systemctl", "show", "--property=LoadState,ActiveState,MainPID", "--", unit],
-            timeout=10.0,
-        )
-        props = dict(
-            line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line
-        )
-        return (
-            props.get("LoadState", ""),
-            props.get("ActiveState", ""),
-            int(props.get("MainPID") or 0),
-        )
+    async def _bus(self, what: str, timeout: float) -> SystemdBus:
+        pid = await self._init_pid()
+        try:
+            return await asyncio.to_thread(SystemdBus, pid, timeout=timeout)
+        except BusError as exc:
+            raise HostUnavailableError(f"{what} in {self.name}: {exc}") from exc
 
-    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> int:
+    def _unit_cgroup(self, init_pid: int, claimed: str, unit: str) -> str:
+        """The unit's cgroup, as systemd names it, accepted only below the host's own."""
+        root = kernel.container_cgroup(init_pid)
+        parts = claimed.split("/")
+        if not claimed.startswith("/") or any(p in (".", "..") for p in parts):
+            raise ServiceRestartError(
+                f"systemd in {self.name} puts {unit} in cgroup {claimed!r}, outside the host"
+            )
+        # With a cgroup namespace of its own (cgroup v2) systemd names paths below its
+        # root; without one (v1/hybrid here) it names them as the machine does.
+        return claimed if claimed.startswith(root + "/") else root + claimed
+
+    async def unit_members(self, unit: str) -> list[Proc]:
         if not _UNIT_RE.match(unit):
             raise UnitMissingError(f"{unit!r} is not a systemd unit name")
-        load, active, old_pid = await self._unit_state(unit)
-        if load != "loaded":
+        pid = await self._init_pid()
+        with await self._bus("asking systemd about " + unit, 10.0) as bus:
+            state = await asyncio.to_thread(bus.unit_state, unit)
+        if state.load != "loaded":
             raise UnitMissingError(
-                f"unit {unit} does not exist in {self.name} ({load or 'unknown'})"
+                f"unit {unit} does not exist in {self.name} ({state.load or 'unknown'})"
             )
-        if old_pid == 0:
-            raise ServiceNotRunningError(
-                f"unit {unit} in {self.name} has no running process ({active})"
-            )
+        if not state.cgroup:
+            return []
+        cgroup = self._unit_cgroup(pid, state.cgroup, unit)
+        return await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
+
+    async def port_owners(self, port: int) -> list[Proc]:
+        if not 0 < port < 65536:
+            raise ValueError(f"port {port} is out of range")
+        pid = await self._init_pid()
+        return await asyncio.to_thread(kernel.port_owners, pid, port)
+
+    @property
+    def init_process(self) -> Proc | None:
+        if not self._pid or self._boot_id is None:
+            return None
+        return Proc(self._pid, self._boot_id, 1)
+
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> ServiceRestart:
+        if not _UNIT_RE.match(unit):
+            raise UnitMissingError(f"{unit!r} is not a systemd unit name")
         deadline = time.monotonic() + timeout
-        # reset-failed first: restarts the arena injects are not crashes, and must not
-        # push the competitor's unit over its start rate limit (StartLimitBurst).
-        restart = await self.exec(
-            [
-                "bash",
-                "-c",
-                'systemctl reset-failed -- "$1"; exec systemctl restart -- "$1"',
-                "-",
-                unit,
-            ],
-            timeout=timeout,
-        )
-        if restart.exit_code != 0:
-            raise ServiceRestartError(
-                f"systemctl restart {unit} failed in {self.name}: {_last_line(restart.stderr)}"
-            )
-        while True:
-            _load, active, pid = await self._unit_state(unit)
-            if pid not in (0, old_pid):
-                return pid
-            if time.monotonic() >= deadline:
-                raise ServiceRestartError(
-                    f"unit {unit} in {self.name} had no new main process {timeout:g}s after "
-                    f"restart ({active}, MainPID {pid})"
+        pid = await self._init_pid()
+        with await self._bus(f"restarting {unit}", 10.0) as bus:
+            state = await asyncio.to_thread(bus.unit_state, unit)
+            if state.load != "loaded":
+                raise UnitMissingError(
+                    f"unit {unit} does not exist in {self.name} ({state.load or 'unknown'})"
                 )
-            await asyncio.sleep(0.1)
+            if state.main_pid == 0:
+                raise ServiceNotRunningError(
+                    f"unit {unit} in {self.name} has no running process ({state.active})"
+                )
+            cgroup = self._unit_cgroup(pid, state.cgroup, unit)
+            started = kernel.now_ticks()
+            before = await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
+            # reset-failed first: restarts the arena injects are not crashes, and must not
+            # push the competitor's unit over its start rate limit (StartLimitBurst).
+            try:
+                await asyncio.to_thread(bus.reset_failed, unit)
+                job = await asyncio.to_thread(bus.restart_unit, unit)
+                while await asyncio.to_thread(bus.job_running, job):
+                    if time.monotonic() >= deadline:
+                        raise ServiceRestartError(
+                            f"the restart of {unit} in {self.name} did not finish "
+                            f"within {timeout:g}s"
+                        )
+                    await asyncio.sleep(0.02)
+            except BusError as exc:
+                raise ServiceRestartError(
+                    f"systemd in {self.name} did not restart {unit}: {exc}"
+                ) from exc
+            # Whatever systemd (or the unit's KillMode) left of the old service dies now,
+            # from outside: a restart leaves no old process behind.
+            survivors = [proc for proc in before if kernel.alive(proc)]
+            killed = await asyncio.to_thread(kernel.kill, survivors)
+            old = set(before)
+            while True:
+                state = await asyncio.to_thread(bus.unit_state, unit)
+                members = await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
+                fresh = [p for p in members if p not in old and p.start >= started]
+                main = next((proc for proc in fresh if proc.inner == state.main_pid), None)
+                if main is not None:
+                    restart = ServiceRestart(
+                        unit=unit,
+                        main_pid=main.inner,
+                        before=tuple(before),
+                        killed=tuple(killed),
+                        started=started,
+                    )
+                    self.last_restart = restart
+                    return restart
+                if time.monotonic() >= deadline:
+                    raise ServiceRestartError(
+                        f"unit {unit} in {self.name} had no new main process {timeout:g}s "
+                        f"after restart ({state.active}, MainPID {state.main_pid}; "
+                        f"{len(fresh)} new process(es) in its cgroup)"
+                    )
+                await asyncio.sleep(0.05)
 
     async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -389,57 +713,41 @@ class PodmanHost(Host):
         if self._frozen:  # a new boot mounts the disk read-write again
             await self.freeze_disk()
 
-    async def _system_state(self, timeout: float) -> str:
-        """What `systemctl is-system-running` says in the host.
-
-        Asked through nsenter into the host's namespaces when available: a poll then
-        costs ~10 ms instead of a `podman exec` (~200 ms), which is most of the time
-        from boot to ready. Only this readiness query runs that way; competitors'
-        commands always go through `exec`.
-        """
-        argv = ["systemctl", "is-system-running"]
-        nsenter = self.podman.nsenter
-        if nsenter is None:
-            result = await self.exec(argv, timeout=timeout)
-            return result.stdout.decode().strip() or _last_line(result.stderr)
-        pid = await self._init_pid()
-        entered = await run_process(
-            [
-                nsenter,
-                f"--target={pid}",
-                "--mount",
-                "--uts",
-                "--ipc",
-                "--net",
-                "--pid",
-                "--",
-                *argv,
-            ],
-            timeout=timeout,
-            output_limit=4096,
-        )
-        return entered.stdout.decode().strip() or _last_line(entered.stderr)
-
     async def wait_ready(self, timeout: float) -> str:
+        # SystemState is asked over the host's private bus: no program in the host runs
+        # for it and no `podman exec` (so a neighbour's exec storm does not slow it). One
+        # connection serves every poll until it fails.
         deadline = time.monotonic() + timeout
         last = "not started"
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                last = await self._system_state(timeout=max(0.5, min(remaining, 10.0)))
-                if last in _READY_STATES:
-                    return last
-                if last == "maintenance":  # boot failed to emergency/rescue: it will not heal
-                    raise HostBootError(f"{self.name} failed to boot (systemd: maintenance)")
-                # "offline" (manager not reachable yet), "initializing", "starting": wait.
-            except HostUnavailableError as exc:
-                last = str(exc)
-            await asyncio.sleep(0.02)
+        bus: SystemdBus | None = None
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    if bus is None:
+                        bus = await self._bus("readiness", max(0.5, min(remaining, 10.0)))
+                    last = await asyncio.to_thread(bus.system_state)
+                    if last in _READY_STATES:
+                        return last
+                    if last == "maintenance":  # boot failed to emergency/rescue: no healing
+                        raise HostBootError(f"{self.name} failed to boot (systemd: maintenance)")
+                    # "initializing", "starting": wait.
+                except HostUnavailableError as exc:  # the bus is not up yet, or went away
+                    last = str(exc)
+                    if bus is not None:
+                        bus.close()
+                        bus = None
+                await asyncio.sleep(0.02)
+        finally:
+            if bus is not None:
+                bus.close()
         raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
 
     async def disk_usage(self) -> int:
         # The container's writable overlay layer holds everything it wrote to disk.
         inspected = await self._inspect()
         upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
+        if self.disk is not None:
+            upper = str(self.disk.upper)
         if not upper:
             raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
         counted = await run_process(["du", "-sx", "-B1", upper], timeout=60.0, output_limit=4096)
@@ -450,12 +758,8 @@ class PodmanHost(Host):
         return int(counted.stdout.split()[0])
 
     async def freeze_disk(self) -> None:
-        nsenter = self.podman.nsenter
-        if nsenter is None:
-            raise HostUnavailableError("nsenter (util-linux) is needed to freeze a host's disk")
         pid = await self._init_pid()
         self._frozen = True
-        remount = [nsenter, f"--target={pid}", "--mount", "--", "mount", "-o", "remount,ro", "/"]
         last = ""
         for _round in range(FREEZE_ROUNDS):
             # The kernel refuses a read-only remount while any file on it is open for
@@ -468,16 +772,98 @@ class PodmanHost(Host):
                         os.kill(writer, signal.SIGKILL)
                 if writers:
                     await asyncio.sleep(0.05)
-                frozen = await run_process(remount, timeout=30.0, output_limit=4096)
+                error = await asyncio.to_thread(remount_root_read_only, pid)
             finally:
                 for stopped_pid in stopped:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(stopped_pid, signal.SIGCONT)
-            if frozen.returncode == 0:
+            # Confirmed from the kernel's own mount table, not from mount(2)'s word.
+            if error is None and await asyncio.to_thread(kernel.root_mount_read_only, pid):
                 return
-            last = _last_line(frozen.stderr)
+            last = error or "the root mount is still read-write"
             await asyncio.sleep(0.05)
         raise HostUnavailableError(f"cannot make the disk of {self.name} read-only: {last}")
+
+    async def crash_service(self, unit: str, *, timeout: float = 10.0) -> int:
+        name = crash.unit_name(unit)
+        pid = await self._init_pid()
+        boot = self._boot_id
+        host_cgroup, freezer = await asyncio.to_thread(crash.host_cgroups, pid)
+        cgroup = await asyncio.to_thread(crash.unit_cgroup, host_cgroup, name)
+        if cgroup is None:
+            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+        # As for restart_service: the arena's crashes must not push the unit over its
+        # start rate limit (the referee may crash it once a second). Asked inside the
+        # host's confinement; nothing it prints is used.
+        await self.exec(["systemctl", "reset-failed", "--", name], timeout=10.0)
+        victims = await asyncio.to_thread(crash.kill_unit, cgroup, freezer)
+        if not victims:
+            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+        killed_at = time.monotonic()
+        while not await asyncio.to_thread(crash.gone, victims):
+            if time.monotonic() - killed_at > 10.0:
+                raise HostUnavailableError(
+                    f"the processes of {name} in {self.name} survived SIGKILL"
+                )
+            await asyncio.sleep(0.005)
+        while True:
+            crash.require_alive(pid, boot)
+            found = await asyncio.to_thread(crash.new_process, cgroup, victims, pid)
+            if found is not None:
+                self.last_crash_restart_ms = int((time.monotonic() - killed_at) * 1000)
+                return await asyncio.to_thread(crash.namespace_pid, found.pid)
+            if time.monotonic() - killed_at >= timeout:
+                raise ServiceNotRestartedError(
+                    f"unit {name} in {self.name} was not restarted within {timeout:g}s of "
+                    "being killed (does it have Restart=?)"
+                )
+            await asyncio.sleep(0.01)
+
+    async def power_cut(self, *, timeout: float = 60.0) -> None:
+        disk = self.disk
+        if disk is None:
+            raise FaultUnsupportedError(
+                f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
+            )
+        deadline = time.monotonic() + timeout
+        try:
+            async with powerdisk.locked(disk):
+                await self._power_cut_locked(disk, deadline)
+        except FileNotFoundError:
+            raise HostNotFoundError(f"host {self.name} was removed during the power cut") from None
+        self._boots += 1
+        await self.wait_ready(max(1.0, deadline - time.monotonic()))
+        if self._frozen:
+            await self.freeze_disk()
+
+    async def _power_cut_locked(self, disk: powerdisk.PowerDisk, deadline: float) -> None:
+        if disk.removed or not disk.exists():
+            raise HostNotFoundError(f"host {self.name} is being removed")
+        pid = await self._init_pid()
+        old_boot = (pid, self._boot_id)
+        self._rebooting = True
+        try:
+            # Killing a PID namespace's init kills every process in it at once; the
+            # disk loses power right after, so nothing acknowledged later was durable.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await powerdisk.control(disk, "cut")
+            while (await self._inspect())["State"].get("Running"):
+                if time.monotonic() > deadline:
+                    raise HostBootError(f"{self.name} did not stop at the power cut")
+                await asyncio.sleep(0.01)
+            await powerdisk.power_cycle(disk)
+            if disk.removed:
+                raise HostNotFoundError(f"host {self.name} was removed during the power cut")
+            await self.podman.check(
+                "start", self.name, timeout=max(1.0, deadline - time.monotonic())
+            )
+            self._pid = 0
+            await self._init_pid()
+        finally:
+            self._rebooting = False
+        if (self._pid, self._boot_id) == old_boot:
+            raise HostBootError(f"{self.name} did not boot after the power cut")
 
     async def connect(
         self, port: int, *, timeout: float = 5.0
@@ -488,8 +874,19 @@ class PodmanHost(Host):
         try:
             sock = socket_in_netns(pid)
         except ProcessLookupError as exc:
-            self._pid = 0  # init just went: ask podman whether it stopped by itself
-            await self._init_pid()
+            # init just went: ask podman whether the host stopped by itself (HostDownError),
+            # giving it a moment to notice (it may still say "running" for a while).
+            self._pid = 0
+            deadline = time.monotonic() + INIT_GONE_GRACE_S
+            while time.monotonic() < deadline and not self._rebooting:
+                try:
+                    if await self._init_pid() != pid:  # HostDownError once podman saw it stop
+                        break  # running again with a new init (someone restarted it)
+                    await asyncio.sleep(0.2)
+                except HostDownError:
+                    raise
+                except HostUnavailableError:
+                    await asyncio.sleep(0.2)
             raise HostUnavailableError(f"{self.name} is not running (init is gone)") from exc
         try:
             async with asyncio.timeout(timeout):
@@ -509,15 +906,31 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
-    faults = frozenset({"restart", "reboot"})
+    faults = frozenset({"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT})
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()
 
     def _host(self, name: str, labels: dict[str, str]) -> PodmanHost:
+        disk = powerdisk.PowerDisk.of(name) if labels.get(LABEL_DISK) == "power" else None
         return PodmanHost(
-            self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, "")
+            self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, ""), disk
         )
+
+    async def _image_layers(self, image: str) -> list[str]:
+        """The image's layer directories, topmost first (an overlay's lowerdir)."""
+        out = await self.podman.check("image", "inspect", "--format", "json", image)
+        data = (json.loads(out)[0].get("GraphDriver") or {}).get("Data") or {}
+        layers = [data["UpperDir"]] if data.get("UpperDir") else []
+        layers += [layer for layer in (data.get("LowerDir") or "").split(":") if layer]
+        return layers
+
+    async def _make_disk(self, spec: HostSpec, name: str) -> powerdisk.PowerDisk:
+        disk = powerdisk.PowerDisk.of(name)
+        await powerdisk.destroy(disk)  # a leftover of a host podman no longer has
+        layers = await self._image_layers(spec.image)
+        await powerdisk.create(disk, size_mb=spec.disk_mb, lowerdirs=layers, match_id=spec.match_id)
+        return disk
 
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
         name = self.host_name(spec.match_id, spec.territory)
@@ -527,18 +940,33 @@ class PodmanDriver(HostDriver):
             raise HostError(
                 f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
             )
+        disk = await self._make_disk(spec, name) if spec.power_cut else None
+        root = ["--rootfs", str(disk.root)] if disk else [spec.image]
+        confine = self.podman.confine_flags
+        if disk is not None:
+            # podman 4.3 cannot map a `--rootfs` tree into a user namespace ("no uid
+            # mappings found"): a power-cut host keeps every other confinement but shares
+            # the machine's user namespace (docs/SECURITY.md, "What a host keeps").
+            confine = _without_userns(confine)
+        disk_labels = ["--label", f"{LABEL_DISK}=power"] if disk else []
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
             "--label", f"{LABEL_MATCH}={spec.match_id}",
             "--label", f"{LABEL_TERRITORY}={spec.territory}",
+            "--label", f"{LABEL_IMAGE}={spec.image}", *disk_labels,
+            # The runtime's own record names the match too, so that `cleanup` finds a
+            # container podman has forgotten (see `sweep_runtime`).
+            "--annotation", f"{LABEL_MATCH}={spec.match_id}",
             "--network", "none", "--systemd", "always",
             "--cpus", f"{spec.cpus:g}", "--memory", f"{spec.memory_mb}m",
             "--memory-swap", f"{spec.memory_mb}m", "--pids-limit", str(spec.pids_limit),
-            *self.podman.run_flags,
-            spec.image, "/sbin/init",
+            *self.podman.run_flags, *confine,
+            "--mount", f"type=bind,src={self.podman.hostname_file(spec.territory)},"
+            "dst=/etc/hostname,ro=true",
+            *root, "/sbin/init",
             timeout=boot_timeout,
         )  # fmt: skip
-        host = PodmanHost(self.podman, name, spec.match_id, spec.territory)
+        host = PodmanHost(self.podman, name, spec.match_id, spec.territory, disk)
         try:
             if result.returncode != 0:
                 raise HostBootError(f"host {name} did not start: {_last_line(result.stderr)}")
@@ -546,8 +974,47 @@ class PodmanDriver(HostDriver):
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.remove(name)
+            if disk is not None:
+                with contextlib.suppress(Exception):
+                    await powerdisk.destroy(disk)
             raise
         return host
+
+    async def cleanup(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Remove the hosts podman knows, then sweep what outlived podman's knowledge:
+        runtime containers and power-cut disks of hosts podman no longer has."""
+        removed = await super().cleanup(match_id=match_id)
+        return removed + await self.sweep_runtime(match_id=match_id)
+
+    async def sweep_runtime(self, *, match_id: str | None = None) -> builtins.list[str]:
+        """Kill and delete runc containers annotated as ours that podman has forgotten,
+        and destroy power-cut disks whose host podman no longer has; return what went."""
+        known = set(
+            (await self.podman.check("ps", "--all", "--no-trunc", "--format", "{{.ID}}")).split()
+        )
+        names = set((await self.podman.check("ps", "--all", "--format", "{{.Names}}")).split())
+        swept: list[str] = []
+        runc = shutil.which("runc")
+        if runc is not None:
+            listed = await run_process(
+                [runc, "--root", RUNC_ROOT, "list", "--format", "json"], timeout=PODMAN_TIMEOUT
+            )
+            for row in json.loads(listed.stdout or b"null") or []:
+                annotations = row.get("annotations") or {}
+                ours = annotations.get(LABEL_MATCH)
+                if ours is None or row["id"] in known or match_id not in (None, ours):
+                    continue
+                for argv in (["kill", row["id"], "KILL"], ["delete", "--force", row["id"]]):
+                    await run_process([runc, "--root", RUNC_ROOT, *argv], timeout=PODMAN_TIMEOUT)
+                swept.append(f"runc:{row['id'][:12]}")
+        for disk in powerdisk.all_disks():
+            if disk.dir.name in names or match_id not in (None, disk.match_id):
+                continue
+            disk.mark_removed()
+            async with powerdisk.locked(disk):
+                await powerdisk.destroy(disk)
+            swept.append(f"disk:{disk.dir.name}")
+        return swept
 
     async def get(self, name: str) -> Host:
         host = PodmanHost(self.podman, name, "", "")
@@ -569,7 +1036,7 @@ class PodmanDriver(HostDriver):
                     name=row["Names"][0],
                     match_id=labels.get(LABEL_MATCH, ""),
                     territory=labels.get(LABEL_TERRITORY, ""),
-                    image=row.get("Image", ""),
+                    image=labels.get(LABEL_IMAGE) or row.get("Image", ""),
                     state=row.get("State", ""),
                     created=str(row.get("CreatedAt", "")),
                     labels=labels,
@@ -581,6 +1048,25 @@ class PodmanDriver(HostDriver):
         # `rm --force` succeeds for a missing container, so ask first.
         if (await self.podman.run("container", "exists", name)).returncode == 1:
             raise HostNotFoundError(f"host {name} does not exist")
-        result = await self.podman.run("rm", "--force", "--time", "0", name, timeout=60.0)
+        disk = powerdisk.PowerDisk.of(name)
+        if not disk.exists():
+            await self._rm(name)
+            return
+        # A power cut in flight checks the mark before it boots the host again, and
+        # holds the lock until it has: removing under the lock means it never comes back.
+        disk.mark_removed()
+        await self._rm(name)
+        async with powerdisk.locked(disk):
+            await self._rm(name)
+            await powerdisk.destroy(disk)
+
+    async def _rm(self, name: str) -> None:
+        for _attempt in range(REMOVE_ATTEMPTS):
+            result = await self.podman.run("rm", "--force", "--time", "0", name, timeout=60.0)
+            # A host in a user namespace of its own can leave its shm mount busy for a
+            # moment after its processes died; podman then has removed all but that.
+            if result.returncode == 0 or b"resource busy" not in result.stderr:
+                break
+            await asyncio.sleep(0.5)
         if result.returncode != 0:
             raise HostUnavailableError(f"cannot remove {name}: {_last_line(result.stderr)}")

@@ -23,20 +23,24 @@ from typing import Any
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.competitors import Competitor
+from opsarena.agents.human import done_token, operator_key, proof_holds
 from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
+from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.catalog import challenge_source, place_challenge
 from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import brief_for
-from opsarena.errors import HostError, MatchError, OpsArenaError
-from opsarena.hosts import Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.challenges.setup import agent_params, brief_for
+from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
+from opsarena.hosts import FAULT_POWER_CUT, Host, HostDriver, HostInfo, HostSpec, get_driver
 from opsarena.hosts.image import build_image, image_for
+from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
     AgentStarted,
     AgentTranscript,
     AgentUsage,
+    CompetitorDone,
     DiskQuotaExceeded,
     EventData,
     HostFailed,
@@ -45,6 +49,7 @@ from opsarena.match.events import (
     HostState,
     JudgingStopped,
     LedgerUpdated,
+    LogTampered,
     MatchClosed,
     MatchCreated,
     MatchFinished,
@@ -59,8 +64,8 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
-from opsarena.referee.nemesis import missing_faults
-from opsarena.store import EventStore
+from opsarena.referee.nemesis import faults_needed, missing_faults
+from opsarena.store import EventStore, chain_problems, content_digest
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +96,9 @@ class MatchPlan:
     time_limit_s: float
     drain_s: float = 5.0
     seed: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    """Secret until the match closes: only its commitment is logged at the start."""
+    nonce: bytes = field(default_factory=new_nonce)
+    """The seed commitment's nonce (`match.commitment`), revealed with the seed."""
     finish: FinishMode = "first-durable"
     keep_hosts: bool = False
     driver: str = "podman"
@@ -98,6 +106,13 @@ class MatchPlan:
     provision_timeout_s: float = 120.0
     disk_quota_mb: int = 2048
     """Past this much written to its disk, a host's disk becomes read-only."""
+    done_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    """Derives each human territory's done token (`agents.human.done_token`); held only
+    by this process, never logged."""
+
+    def done_token(self, territory: str) -> str:
+        """The token `opsarena done` must prove for `territory` (printed for its person)."""
+        return done_token(self.done_key, self.match_id, territory)
 
 
 @dataclass
@@ -145,6 +160,7 @@ class Controller:
         self._finished = False
         self._judging_over = False
         self._settlers: list[asyncio.Task[None]] = []
+        self._appended: dict[int, str] = {}
         self.referee = Referee(
             plan.challenge, seed=plan.seed, emit=self._referee_emit, clock=self.clock
         )
@@ -159,7 +175,56 @@ class Controller:
 
     async def _append(self, event_type: str, data: dict[str, Any]) -> None:
         async with self._lock:  # one at a time, so t_ms never goes back as seq goes up
-            await self.store.append(self.match_id, event_type, data, self.clock())
+            t_ms = self.clock()
+            try:
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
+            except LogTamperedError as exc:
+                # Rows the arena never appended sit where it writes: set them aside (kept
+                # as evidence), say so in the log, and go on; a second refusal is raised.
+                log.error("match %s: %s", self.match_id, exc)
+                await self._quarantine(str(exc))
+                t_ms = self.clock()
+                seq = await self.store.append(self.match_id, event_type, data, t_ms)
+            # What it wrote, remembered (32 bytes an event) to be checked at the close:
+            # an edit that also redoes the chain is still found then.
+            self._appended[seq] = content_digest(event_type, t_ms, data)
+
+    async def _check_own_events(self) -> None:
+        """Before the close: log `log_tampered` (`altered`) if any event this controller
+        appended no longer reads as it wrote it."""
+        if not self._appended:
+            return
+        audit = await self.store.audit(self.match_id)
+        stored = {e.seq: e for e in audit.events if e.seq <= audit.last_seq}
+        altered = sorted(
+            seq
+            for seq, digest in self._appended.items()
+            if seq not in stored
+            or content_digest(stored[seq].type, stored[seq].t_ms, stored[seq].data) != digest
+        )
+        if altered:
+            shown = ", ".join(str(seq) for seq in altered[:20])
+            why = f"events the arena appended were altered or removed: seq {shown}"
+            log.error("match %s: %s", self.match_id, why)
+            await self.emit(
+                LogTampered(
+                    kind="altered",
+                    first_seq=altered[0],
+                    rows=len(altered),
+                    seqs=altered,
+                    detail=why[:1000],
+                )
+            )
+
+    async def _quarantine(self, why: str) -> None:
+        """Move the log's forged tail aside and log `log_tampered` (inside the lock)."""
+        moved = await self.store.quarantine_tail(self.match_id, why)
+        if moved is None:
+            return
+        event = LogTampered(first_seq=moved.first_seq, rows=moved.rows, detail=why[:1000])
+        await self.store.append(
+            self.match_id, event.event_type, event.model_dump(mode="json"), self.clock()
+        )
 
     async def emit(self, event: EventData) -> None:
         """Append one typed event to the log (durably)."""
@@ -184,6 +249,11 @@ class Controller:
         """End the match as `aborted` (Ctrl-C, SIGTERM); safe to call from a signal handler."""
         self._abort_why = why
         self._abort.set()
+
+    @property
+    def abort_reason(self) -> str:
+        """Why the match was asked to abort (`SIGINT`, `SIGTERM`, ...); empty if it was not."""
+        return self._abort_why
 
     async def run(self) -> MatchRecord:
         """Run the whole match and return its final record.
@@ -235,8 +305,9 @@ class Controller:
                 await self.driver.cleanup(match_id=self.match_id)
 
     async def prepare(self) -> None:
-        """Build every agent and run its preflight (endpoint reachable, program found)
-        before anything is made. Raises the agent's one-line `OpsArenaError`. Idempotent."""
+        """Refuse a challenge whose faults the driver lacks, build every agent and run its
+        preflight (endpoint reachable, program found) before anything is made. Raises a
+        one-line `OpsArenaError`. Idempotent."""
         if self._territories:
             return
         lacking = missing_faults(self.plan.challenge, self.driver.faults, self.plan.driver)
@@ -254,13 +325,17 @@ class Controller:
 
     async def _create(self) -> None:
         plan = self.plan
+        # The seed is kept where only the arena reads it, so `opsarena resume` can go on;
+        # the log gets the commitment, and the seed only when the match closes.
+        secret = {"seed": plan.seed.hex(), "nonce": plan.nonce.hex()}
+        await asyncio.to_thread(self.store.vault().put, self.match_id, secret)
         await self.emit(
             MatchCreated(
                 match_id=self.match_id,
                 challenge=plan.challenge.name,
                 challenge_title=plan.challenge.title,
                 challenge_source=challenge_source(plan.challenge),
-                seed=plan.seed.hex(),
+                seed_commitment=seed_commitment(self.match_id, plan.nonce, plan.seed),
                 finish_mode=plan.finish,
                 time_limit_s=plan.time_limit_s,
                 drain_s=plan.drain_s,
@@ -281,7 +356,14 @@ class Controller:
 
     async def _provision_one(self, name: str) -> str | None:
         await self.emit(HostProvisioning(territory=name))
-        spec = HostSpec(match_id=self.match_id, territory=name, image=self._image)
+        challenge = self.plan.challenge
+        spec = HostSpec(
+            match_id=self.match_id,
+            territory=name,
+            image=self._image,
+            # Only a challenge that cuts the power pays for a disk that can lose it.
+            power_cut=FAULT_POWER_CUT in faults_needed(challenge),
+        )
         started = time.monotonic()
         try:
             host = await self.driver.create(spec, boot_timeout=self.plan.provision_timeout_s)
@@ -336,14 +418,10 @@ class Controller:
                 match_id=self.match_id,
                 territory=name,
                 brief=brief_for(plan.challenge, plan.seed),
-                host=territory.host,
+                host=ThrottledHost(territory.host),  # the per-competitor cap
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
-                params={
-                    "port": plan.challenge.port,
-                    "unit": plan.challenge.unit,
-                    "challenge": plan.challenge.name,
-                },
+                params=agent_params(plan.challenge, plan.seed),
             )
         for territory in self._territories.values():
             territory.task = asyncio.create_task(
@@ -514,16 +592,40 @@ class Controller:
         )
 
     async def _watch_done(self) -> None:
-        """Forward `competitor_done` events (`opsarena done`, another process) to agents."""
+        """Answer `done_requested` events (`opsarena done`, another process): when the
+        proof holds (the territory's done token, or the operator key) and the territory
+        is a person's, log `competitor_done` and tell its agent. Any other request is
+        refused, with a line in the arena's log and nothing in the match's."""
+        operator = await asyncio.to_thread(operator_key, True)
         summary = await self.store.summary(self.match_id)
         after = summary.last_seq if summary else 0
         async for event in self.store.follow(self.match_id, after=after, poll_s=0.25):
-            if event.type != "competitor_done":
+            if event.type != "done_requested":
                 continue
-            territory = self._territories.get(str(event.data.get("territory")))
-            if territory is not None and territory.ctx is not None:
-                territory.ctx.params["done_by"] = event.data.get("by") or "a person"
-                territory.ctx.done.set()
+            if not event.link().hash_ok():  # a row that was not appended as it reads now
+                log.warning("match %s seq %d fails its hash: ignored", self.match_id, event.seq)
+                continue
+            name = str(event.data.get("territory"))
+            territory = self._territories.get(name)
+            if territory is None or territory.ctx is None or territory.ctx.done.is_set():
+                continue
+            if territory.competitor.kind != "human":
+                log.warning("refused opsarena done for %s: not a person's territory", name)
+                continue
+            kind, proof = event.data.get("proof_kind"), event.data.get("proof")
+            secret = self.plan.done_token(name) if kind == "token" else operator
+            if kind not in ("token", "operator") or secret is None:
+                log.warning("refused opsarena done for %s: no such proof", name)
+                continue
+            if not proof_holds(proof, secret, self.match_id, name):
+                log.warning("refused opsarena done for %s: the proof does not hold", name)
+                continue
+            by = str(event.data.get("by") or "a person")
+            if kind == "operator":
+                by = f"{by} (operator)"
+            await self.emit(CompetitorDone(territory=name, by=by))
+            territory.ctx.params["done_by"] = by
+            territory.ctx.done.set()
 
     async def _watch_disks(self) -> None:
         """Every `DISK_CHECK_S`, freeze the disk of any host over the quota: a
@@ -591,12 +693,14 @@ class Controller:
         """
         if record.match_state == "finished":
             raise MatchError(f"match {record.match_id} is finished already: opsarena show it")
+        seed, nonce = await cls._vaulted_seed(store, record)
         plan = MatchPlan(
             challenge=challenge,
             competitors=[],
             time_limit_s=record.time_limit_s,
             drain_s=record.drain_s,
-            seed=bytes.fromhex(record.seed),
+            seed=seed,
+            nonce=nonce,
             finish=record.finish_mode,  # type: ignore[arg-type]
             driver=driver,
             match_id=record.match_id,
@@ -613,6 +717,58 @@ class Controller:
         await self.emit(MatchResumed())
         await self._guarded(self._resume(record))
         return await self.record()
+
+    @staticmethod
+    async def _vaulted_seed(store: EventStore, record: MatchRecord) -> tuple[bytes, bytes]:
+        """The seed and nonce of `record`'s match from the vault, checked against the
+        commitment; a log from before commitments has its seed in the record."""
+        if record.seed_commitment is None and record.seed is not None:
+            return bytes.fromhex(record.seed), b""
+        vault = store.vault()
+        secret = await asyncio.to_thread(vault.get, record.match_id)
+        if secret is None:
+            raise MatchError(
+                f"match {record.match_id}: its seed is not in the vault {vault.where}, "
+                "so the referee cannot go on; it cannot be resumed"
+            )
+        problem = reveal_problem(
+            record.match_id,
+            record.seed_commitment or "",
+            secret.get("seed", ""),
+            secret.get("nonce", ""),
+        )
+        if problem is not None:
+            raise MatchError(f"match {record.match_id}: the vault's seed is wrong: {problem}")
+        return bytes.fromhex(secret["seed"]), bytes.fromhex(secret["nonce"])
+
+    @staticmethod
+    async def repair_log(store: EventStore, match_id: str) -> None:
+        """Before resuming: move a forged tail of the log aside (logging `log_tampered`)
+        and refuse, with `MatchError` naming the first bad seq, a log whose chain is
+        broken below events the arena appended after it (the record cannot be trusted)."""
+        moved = await store.quarantine_tail(match_id, "found by opsarena resume")
+        if moved is not None:
+            summary = await store.summary(match_id)
+            event = LogTampered(
+                first_seq=moved.first_seq,
+                rows=moved.rows,
+                detail=f"rows from seq {moved.first_seq} were not appended by the arena",
+            )
+            await store.append(
+                match_id,
+                event.event_type,
+                event.model_dump(mode="json"),
+                summary.last_t_ms if summary else 0,
+            )
+        audit = await store.audit(match_id)
+        problems = chain_problems([e.link() for e in audit.events], last_seq=audit.last_seq)
+        if problems:
+            first = problems[0]
+            raise MatchError(
+                f"match {match_id}: the event log is broken at seq {first.seq} ({first.what}), "
+                f"below events appended after it; the record cannot be trusted, so it is not "
+                f"resumed: opsarena verify {match_id}"
+            )
 
     async def _resume(self, record: MatchRecord) -> None:
         self._clock_offset_ms = record.elapsed_ms
@@ -744,7 +900,21 @@ class Controller:
         await self._drain(reason)
         await self._release_hosts()
         self._closed = True
-        await self.emit(MatchClosed())
+        try:
+            await self._check_own_events()
+        except OpsArenaError as exc:  # the check must never keep the match from closing
+            log.error("match %s: could not check its own events: %s", self.match_id, exc)
+        legacy = not self.plan.nonce  # resumed from a log that had its seed in the open
+        await self.emit(
+            MatchClosed(
+                seed=None if legacy else self.plan.seed.hex(),
+                seed_nonce=None if legacy else self.plan.nonce.hex(),
+            )
+        )
+        try:  # revealed now: the vault's copy has done its job
+            await asyncio.to_thread(self.store.vault().discard, self.match_id)
+        except OpsArenaError as exc:
+            log.warning("match %s: %s", self.match_id, exc)
 
     async def _release_hosts(self) -> None:
         async def release(name: str, host: Host) -> None:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    model_validator,
+)
 
 from opsarena.errors import EventLogError
 from opsarena.referee.ledger import LedgerCounts, LedgerUpdate, LedgerWrite
@@ -54,7 +61,11 @@ class MatchCreated(EventData):
     match_id: str
     challenge: str
     challenge_title: str
-    seed: str
+    seed_commitment: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 commitment to the seed (`match.commitment`); the seed itself stays secret
+    until `match_closed` reveals it."""
+    seed: str | None = None
+    """Only in logs written before commitments: the seed in the open from the start."""
     finish_mode: Literal["first-durable", "all"]
     time_limit_s: float
     drain_s: float
@@ -63,6 +74,12 @@ class MatchCreated(EventData):
     challenge_source: str = ""
     """What finds the challenge again (`find_challenge`): a built-in's name or the
     absolute path of its directory; empty in logs older than challenge directories."""
+
+    @model_validator(mode="after")
+    def _committed(self) -> MatchCreated:
+        if self.seed_commitment is None and self.seed is None:
+            raise ValueError("match_created needs a seed_commitment")
+        return self
 
 
 class HostProvisioning(EventData):
@@ -185,6 +202,19 @@ class CompetitorDone(EventData):
     by: str | None = None
 
 
+class DoneRequested(EventData):
+    """`opsarena done` asks for `territory` to be declared done. `proof` is an HMAC of
+    the request keyed by the territory's done token (`proof_kind` "token") or by the
+    operator key ("operator"); the controller logs `competitor_done` only when it holds.
+    A request changes nothing in the record by itself."""
+
+    event_type: ClassVar[str] = "done_requested"
+    territory: str
+    by: str | None = None
+    proof: str
+    proof_kind: Literal["token", "operator"]
+
+
 class FinalVerification(EventData):
     event_type: ClassVar[str] = "final_verification"
     territory: str
@@ -226,7 +256,26 @@ class MatchFinished(EventData):
 
 
 class MatchClosed(EventData):
+    """The end of the log. Reveals the seed and the commitment's nonce (absent in logs
+    written before commitments, whose `match_created` had the seed)."""
+
     event_type: ClassVar[str] = "match_closed"
+    seed: str | None = None
+    seed_nonce: str | None = None
+
+
+class LogTampered(EventData):
+    """The arena found its log tampered with. `quarantined`: rows it never appended sat
+    at the head of its log (`first_seq` and up, `rows` of them) and were moved to the
+    quarantine before it appended again. `altered`: at the close, `rows` events it had
+    appended itself (the first at `first_seq`, all in `seqs`) no longer read as written."""
+
+    event_type: ClassVar[str] = "log_tampered"
+    first_seq: int = Field(ge=1)
+    rows: int = Field(ge=0)
+    detail: str
+    kind: Literal["quarantined", "altered"] = "quarantined"
+    seqs: list[int] = Field(default_factory=list)
 
 
 class DiskQuotaExceeded(EventData):
@@ -265,6 +314,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
         AgentTranscript,
         AgentEnded,
         CompetitorDone,
+        DoneRequested,
         FinalVerification,
         LedgerUpdated,
         JudgingStopped,
@@ -272,6 +322,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
         MatchClosed,
         MatchResumed,
         DiskQuotaExceeded,
+        LogTampered,
     )
 }
 """Every event type the fold understands, by the envelope's `type`."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from opsarena.errors import EventLogError
 from opsarena.match import states
+from opsarena.match.commitment import reveal_problem
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -24,6 +25,7 @@ from opsarena.match.events import (
     AttemptStarted,
     CompetitorDone,
     DiskQuotaExceeded,
+    DoneRequested,
     Event,
     FaultInjected,
     FinalVerification,
@@ -33,6 +35,7 @@ from opsarena.match.events import (
     HostState,
     JudgingStopped,
     LedgerUpdated,
+    LogTampered,
     MatchClosed,
     MatchCreated,
     MatchFinished,
@@ -123,6 +126,12 @@ class RecordFolder:
         if event.seq != self._seq + 1:
             raise EventLogError(f"expected seq {self._seq + 1}: the log has a gap")
         self._seq = event.seq
+        if isinstance(data, DoneRequested):
+            # Written by `opsarena done` in another process, checked by the controller: a
+            # request (true, false, late or early) never changes the record itself.
+            if rec.match_state == "running":
+                rec.last_sequence = event.seq
+            return
         if isinstance(data, CompetitorDone) and rec.match_state != "running":
             # `opsarena done` runs in another process and can race the match's end (or come
             # before its start): too late or too early, it changes nothing, even after close.
@@ -219,7 +228,12 @@ class RecordFolder:
             case MatchFinished():
                 self._finished(event, data)
             case MatchClosed():
+                self._reveal(data)
                 self._closed()
+            case LogTampered(kind="altered", seqs=seqs):
+                rec.log_altered.extend(seqs)
+            case LogTampered(first_seq=first_seq, rows=rows):
+                rec.log_quarantined.append(f"seq {first_seq}: {rows} rows")
             case DiskQuotaExceeded(territory=name):
                 territory = self._territory(name)
                 if territory.disk_frozen_at_ms is None:
@@ -232,6 +246,23 @@ class RecordFolder:
                         abandoned.evaluating = False
             case _:
                 raise EventLogError(f"the fold does not handle {event.type}")
+
+    def _reveal(self, data: MatchClosed) -> None:
+        """The seed revealed at the close must open the commitment made at the start."""
+        rec = self._rec()
+        if data.seed is None:
+            if rec.seed_commitment is not None:
+                raise EventLogError("match_closed does not reveal the committed seed")
+            return
+        if rec.seed_commitment is None:
+            raise EventLogError("match_closed reveals a seed that was never committed to")
+        problem = reveal_problem(
+            rec.match_id, rec.seed_commitment, data.seed, data.seed_nonce or ""
+        )
+        if problem is not None:
+            raise EventLogError(f"match_closed: {problem}")
+        rec.seed = data.seed
+        rec.seed_nonce = data.seed_nonce
 
     # -- lookups --
 
@@ -309,6 +340,7 @@ class RecordFolder:
             challenge_source=data.challenge_source,
             milestone_titles={spec.id: spec.title for spec in data.milestones if spec.title},
             seed=data.seed,
+            seed_commitment=data.seed_commitment,
             finish_mode=data.finish_mode,
             time_limit_s=data.time_limit_s,
             drain_s=data.drain_s,

@@ -107,7 +107,12 @@ class MatchRecord(_Record):
     challenge_title: str
     challenge_source: str = ""
     milestone_titles: dict[str, str] = {}
-    seed: str
+    seed: str | None = None
+    """The match seed (hex), null until `match_closed` reveals it (docs/MATCHES.md)."""
+    seed_commitment: str | None = None
+    """SHA-256 commitment to the seed, public from the start (`match.commitment`)."""
+    seed_nonce: str | None = None
+    """The commitment's nonce (hex), revealed with the seed."""
     finish_mode: str
     time_limit_s: float
     drain_s: float
@@ -122,3 +127,9 @@ class MatchRecord(_Record):
     last_sequence: int = 0
     elapsed_ms: int = 0
     finished_at_ms: int | None = None
+    log_quarantined: list[str] = Field(default_factory=list)
+    """Each forged tail the arena moved out of this match's log (`log_tampered`): where it
+    began and how many rows; `opsarena verify` lists them row by row."""
+    log_altered: list[int] = Field(default_factory=list)
+    """Seqs of events the controller appended that, at the close, no longer read as it
+    wrote them (edited or removed behind the store's back, even with the chain redone)."""

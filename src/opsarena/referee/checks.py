@@ -38,6 +38,7 @@ from opsarena.referee.ledger import (
     classify,
 )
 from opsarena.referee.nemesis import Fault, get_fault, milestone_fault
+from opsarena.referee.ownership import port_ownership_verdict
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
 from opsarena.referee.workload import (
     Record,
@@ -432,6 +433,10 @@ async def check_health(host: Host, ctx: CheckContext) -> Verdict:
         verdict = judge_health(
             response, step=step, reproduce=curl_line("GET", ctx.challenge.port, HEALTH_PATH)
         )
+        if verdict is None:
+            verdict = await port_ownership_verdict(
+                host, ctx, step=f"owner of port {ctx.challenge.port}"
+            )
         if verdict is not None:
             raise Decided(verdict)
         return {"health": "ready", "attempt": ctx.attempt, "health_ms": response.elapsed_ms}
@@ -602,8 +607,11 @@ async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
                           step=f"{before}GET /records/{record.id}")  # fmt: skip
         fault_ms = await inject(host, ctx, fault)
         ready_ms = await wait_healthy(host, ctx, fault)
-        # Kernel-fact evidence goes here (referee/ownership.py, the hosts-trust work):
-        # require that a new process of the unit owns the port before the re-read.
+        step = f"{fault.after}, owner of port {ctx.challenge.port}"
+        if owned := await port_ownership_verdict(
+            host, ctx, step=step, after_restart=fault.name == "restart"
+        ):
+            raise Decided(owned)
         started = time.monotonic()
         reread = await reread_ledger(host, ctx, fault, {record.id})
         return {

@@ -150,11 +150,16 @@ class RestartFault(Fault):
         return f"systemctl restart {unit}"
 
     async def inject(self, host: Host, unit: str) -> int:
-        return await host.restart_service(unit, timeout=self.timeout_s)
+        restart = await host.restart_service(unit, timeout=self.timeout_s)
+        return restart.main_pid
 
     async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
-        # `restart_service` returns only once MainPID is non-zero and new: seen by the
-        # driver from outside (systemd's own property, not a program of the host).
+        # `restart_service` returns only once the unit's old processes (by pid and start
+        # time, read from outside) are gone, killing survivors itself, and a new main
+        # process is in the unit's cgroup; `describe` says what it saw.
+        restart = host.last_restart
+        if restart is not None and restart.main_pid == injected:
+            return FaultRun(restart.describe())
         return FaultRun(f"{unit} restarted; its new main PID is {injected}")
 
 
@@ -184,3 +189,56 @@ class RebootFault(Fault):
                 f"{host.name} reported no new boot after the reboot (boots {before} -> {injected})"
             )
         return FaultRun(f"{host.name} rebooted and is ready (boot {injected})")
+
+
+@register_fault
+class CrashFault(Fault):
+    """Every process of the unit SIGKILLed at once from outside (its cgroup); confirmed
+    by the driver seeing the old processes gone and a new one that the host's init started
+    by itself (the unit's own `Restart=`). `ServiceNotRestartedError` otherwise."""
+
+    name = "crash"
+    host_method = "crash_service"
+    timeout_s = 10.0
+    after = "after the crash"
+
+    def describe(self, host: Host, unit: str) -> str:
+        return f"SIGKILL of every process of {unit}"
+
+    async def inject(self, host: Host, unit: str) -> int:
+        return await host.crash_service(unit, timeout=self.timeout_s)
+
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        # `crash_service` returns only once the killed pids (with their start times) are
+        # gone and a new process is in the unit's cgroup: read from outside the host.
+        return FaultRun(f"{unit} killed; systemd restarted it, new main PID {injected}")
+
+
+@register_fault
+class PowerCutFault(Fault):
+    """Every process of the host dies at once and its disk loses what was not made
+    durable; the host boots again. Confirmed by a new boot of its init."""
+
+    name = "power-cut"
+    host_method = "power_cut"
+    timeout_s = 90.0
+    after = "after the power cut"
+    host_state = "rebooting"
+
+    def describe(self, host: Host, unit: str) -> str:
+        return "power cut of the host (un-synced writes may be lost)"
+
+    async def before(self, host: Host, unit: str) -> int:
+        return host.boots
+
+    async def inject(self, host: Host, unit: str) -> int:
+        await host.power_cut(timeout=self.timeout_s)
+        return host.boots
+
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        if injected != before + 1:
+            raise HostBootError(
+                f"{host.name} reported no new boot after the power cut "
+                f"(boots {before} -> {injected})"
+            )
+        return FaultRun(f"{host.name} lost power, booted and is ready (boot {injected})")

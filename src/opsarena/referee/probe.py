@@ -37,11 +37,18 @@ class ProbeLimits:
 
 @dataclass(frozen=True)
 class HttpResponse:
-    """A complete response: status, body, and how long the request took."""
+    """A complete response: status, body, how long the request took, and its headers
+    (names lowercased, in order)."""
 
     status: int
     body: bytes
     elapsed_ms: int
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        """The first header called `name` (any case), or None."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key == wanted), None)
 
 
 class HeadersTooLarge(Exception):
@@ -102,6 +109,7 @@ async def http_request(
         raise ProbeError("connect", exc, elapsed()) from exc
     phase: Phase = "send"
     status: int | None = None
+    got: tuple[tuple[str, str], ...] = ()
     try:
         async with asyncio.timeout(limits.read_timeout_s):
             conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=limits.max_header_bytes)
@@ -147,6 +155,9 @@ async def http_request(
                     continue
                 if isinstance(event, h11.Response):
                     status = event.status_code
+                    got = tuple(
+                        (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in event.headers
+                    )
                     # h11 only bounds a header block that arrives in pieces; one that
                     # arrives whole is measured here.
                     header_bytes = (
@@ -174,7 +185,9 @@ async def http_request(
                     continue
                 if isinstance(event, h11.EndOfMessage):
                     assert status is not None
-                    return HttpResponse(status=status, body=b"".join(chunks), elapsed_ms=elapsed())
+                    return HttpResponse(
+                        status=status, body=b"".join(chunks), elapsed_ms=elapsed(), headers=got
+                    )
                 if isinstance(event, h11.ConnectionClosed):
                     raise ConnectionClosedEarly("connection closed before a response")
     except (

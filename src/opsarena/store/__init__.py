@@ -7,10 +7,23 @@ from opsarena.store.base import (
     DEFAULT_POLL_S,
     MAX_EVENT_BYTES,
     EventStore,
+    LogAudit,
     MatchSummary,
+    QuarantinedEvent,
+    QuarantineResult,
     StoredEvent,
     encode_event_data,
     utc_now_iso,
+)
+from opsarena.store.chain import (
+    GENESIS,
+    ChainLink,
+    ChainProblem,
+    canonical_json,
+    chain_problems,
+    content_digest,
+    event_hash,
+    forged_tail_start,
 )
 from opsarena.store.sqlite import SqliteEventStore
 from opsarena.store.targets import (
@@ -21,6 +34,7 @@ from opsarena.store.targets import (
     is_postgres_url,
     resolve_target,
 )
+from opsarena.store.vault import SeedVault
 
 
 def open_store(target: Path | str | None = None, *, read_only: bool = False) -> EventStore:
@@ -39,15 +53,27 @@ def open_store(target: Path | str | None = None, *, read_only: bool = False) -> 
 __all__ = [
     "DB_ENV",
     "DEFAULT_POLL_S",
+    "GENESIS",
     "MAX_EVENT_BYTES",
+    "ChainLink",
+    "ChainProblem",
     "EventStore",
+    "LogAudit",
     "MatchSummary",
+    "QuarantineResult",
+    "QuarantinedEvent",
+    "SeedVault",
     "SqliteEventStore",
     "StoredEvent",
+    "canonical_json",
+    "chain_problems",
+    "content_digest",
     "default_db_path",
     "default_target",
     "describe_target",
     "encode_event_data",
+    "event_hash",
+    "forged_tail_start",
     "is_postgres_url",
     "open_store",
     "resolve_target",

@@ -9,7 +9,10 @@ database later) must keep these promises:
 - an `append` that returned is durable: a crash of the process (or the machine) afterwards
   never loses it;
 - `read` returns events in sequence order, and sees every event appended before it was
-  called, by any process.
+  called, by any process;
+- every event carries `hash`, chained to the match's previous event (`store.chain`), and
+  `append` refuses (`LogTamperedError`) when it finds rows it did not append where it would
+  write; `quarantine_tail` moves such a forged tail aside, keeping it as evidence.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from opsarena.store.chain import ChainLink
+from opsarena.store.vault import Vault
 
 DEFAULT_POLL_S = 0.1
 """How often `follow` asks the store for new events when it has caught up."""
@@ -67,6 +73,9 @@ class StoredEvent:
     t_ms: int
     wall: str
     data: dict[str, Any]
+    prev_hash: str = ""
+    hash: str = ""
+    """The chain hashes (`store.chain`); empty only for an event never stored."""
 
     def to_json(self) -> dict[str, Any]:
         """The event envelope as a JSON object (the shape `opsarena events` prints)."""
@@ -77,7 +86,45 @@ class StoredEvent:
             "t_ms": self.t_ms,
             "wall": self.wall,
             "data": self.data,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
         }
+
+    def link(self) -> ChainLink:
+        """The event as the chain checks it."""
+        return ChainLink(
+            self.match_id, self.seq, self.type, self.t_ms, self.wall, self.data,
+            self.prev_hash, self.hash,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QuarantinedEvent:
+    """A row moved out of a match's log by `quarantine_tail`, kept as evidence."""
+
+    event: StoredEvent
+    quarantined_wall: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LogAudit:
+    """Everything `opsarena verify` looks at for one match, read without trusting it:
+    every row under the match's id in `seq` order (also those above `last_seq`, which
+    `read` never returns), the store's own `last_seq`, and the quarantined rows."""
+
+    match_id: str
+    last_seq: int
+    events: list[StoredEvent]
+    quarantined: list[QuarantinedEvent]
+
+
+@dataclass(frozen=True)
+class QuarantineResult:
+    """What `quarantine_tail` moved aside: rows `first_seq` and up, `rows` of them."""
+
+    first_seq: int
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +171,20 @@ class EventStore(abc.ABC):
 
         An unknown match reads as an empty list (use `exists` to tell the difference).
         """
+
+    @abc.abstractmethod
+    async def audit(self, match_id: str) -> LogAudit:
+        """Every row stored under `match_id`, for checking the chain (see `LogAudit`)."""
+
+    @abc.abstractmethod
+    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
+        """Move the match's forged tail (`chain.forged_tail_start`) out of its log, into
+        the quarantine, so appends can go on after the last sound event; `None` when the
+        head of the log is sound. The moved rows stay readable through `audit`."""
+
+    @abc.abstractmethod
+    def vault(self) -> Vault:
+        """The vault of this log's running matches' secrets (only the arena reads it)."""
 
     @abc.abstractmethod
     async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:

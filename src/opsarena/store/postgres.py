@@ -16,6 +16,14 @@ promises with the database's own guarantees:
   in its transaction (delivered at commit); `follow` LISTENs on a connection of its own and
   reads when told, with a slow poll only as a safety net for a dropped connection.
 
+Each event carries the hash chain of `store.chain` (`prev_hash`, `hash`), checked inside
+the append's transaction as the SQLite store does: a row above the match's `last_seq`, or a
+head that does not match its hash, makes the append fail with `LogTamperedError` and write
+nothing; `quarantine_tail` moves a forged tail aside into `quarantined_events`. A running
+match's secrets (its seed and nonce, until `match_closed` reveals them) are in
+`match_secrets`, so `opsarena resume` works from any machine that holds the database's
+credentials — which only the arena's operator has.
+
 The schema lives in its own version table (`opsarena_schema`) and is created and migrated by
 the store itself, under a transaction-scoped advisory lock so that two machines opening a new
 database at once do not race. A database holding tables of another application is never
@@ -47,16 +55,21 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the PostgreSQL event log needs psycopg: pip install 'opsarena[postgres]'"
     ) from exc
 
-from opsarena.errors import StoreError
+from opsarena.errors import LogTamperedError, StoreError
 from opsarena.store.base import (
     EventStore,
+    LogAudit,
     MatchSummary,
+    QuarantinedEvent,
+    QuarantineResult,
     StoredEvent,
     Wake,
     encode_event_data,
     utc_now_iso,
 )
+from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
 from opsarena.store.targets import describe_target, is_postgres_url
+from opsarena.store.vault import MATCH_ID_RE, Vault
 
 SCHEMA_VERSION = 1
 CHANNEL = "opsarena_events"
@@ -88,7 +101,26 @@ CREATE TABLE events (
     t_ms BIGINT NOT NULL,
     wall TEXT NOT NULL,
     data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
     PRIMARY KEY (match_id, seq)
+);
+CREATE TABLE quarantined_events (
+    id BIGSERIAL PRIMARY KEY,
+    match_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    type TEXT NOT NULL,
+    t_ms BIGINT NOT NULL,
+    wall TEXT NOT NULL,
+    data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    quarantined_wall TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE TABLE match_secrets (
+    match_id TEXT PRIMARY KEY,
+    secrets TEXT NOT NULL
 );
 """,
 }
@@ -226,7 +258,9 @@ class PostgresEventStore(EventStore):
         *,
         wall: str | None = None,
     ) -> int:
-        """`append` without the thread hop."""
+        """`append` without the thread hop. Raises `LogTamperedError` (nothing written)
+        when a row the store did not append sits at or above the next seq, or the event
+        the next one chains to does not match its hash."""
         payload = encode_event_data(event_type, data)
         stamp = wall if wall is not None else utc_now_iso()
         try:
@@ -242,16 +276,22 @@ class PostgresEventStore(EventStore):
                 ).fetchone()
                 assert row is not None
                 seq = int(row[0])
+                prev_hash = self._chain_head(conn, match_id, seq - 1)
+                digest = event_hash(
+                    match_id, seq, event_type, t_ms, stamp, json.loads(payload), prev_hash
+                )
                 conn.execute(
-                    "INSERT INTO events (match_id, seq, type, t_ms, wall, data)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
-                    (match_id, seq, event_type, t_ms, stamp, payload),
+                    "INSERT INTO events (match_id, seq, type, t_ms, wall, data, prev_hash, hash)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    (match_id, seq, event_type, t_ms, stamp, payload, prev_hash, digest),
                 )
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, match_id))
-        except psycopg.errors.UniqueViolation:
-            raise StoreError(
-                f"cannot append to match {match_id!r} in {self._where}: its next sequence "
-                "number is already taken by a row this store did not write"
+        except psycopg.errors.UniqueViolation:  # a forger raced the check above
+            raise LogTamperedError(
+                f"match {match_id}: its next seq is taken by a row the arena did not append: "
+                f"opsarena verify {match_id}",
+                match_id=match_id,
+                seq=0,
             ) from None
         except psycopg.Error as exc:
             raise StoreError(
@@ -259,9 +299,38 @@ class PostgresEventStore(EventStore):
             ) from None
         return seq
 
+    def _chain_head(self, conn: psycopg.Connection[Any], match_id: str, last: int) -> str:
+        """Inside the append's transaction (the match's row is locked): the hash the next
+        event chains to, or `LogTamperedError` as `append_blocking` says."""
+        taken = conn.execute(
+            "SELECT MIN(seq) FROM events WHERE match_id = %s AND seq > %s", (match_id, last)
+        ).fetchone()
+        if taken is not None and taken[0] is not None:
+            raise LogTamperedError(
+                f"match {match_id}: seq {taken[0]} is taken by a row the arena did not append "
+                f"(its last appended seq is {last}): opsarena verify {match_id}",
+                match_id=match_id,
+                seq=int(taken[0]),
+            )
+        if last == 0:
+            return GENESIS
+        head = conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE match_id = %s AND seq = %s", (match_id, last)
+        ).fetchone()
+        if head is None or not _link(match_id, head).hash_ok():
+            what = "is missing" if head is None else "does not match its hash"
+            raise LogTamperedError(
+                f"match {match_id}: seq {last}, the event the next one chains to, {what}: "
+                f"opsarena verify {match_id}",
+                match_id=match_id,
+                seq=last,
+            )
+        return str(head[6])
+
     def import_blocking(self, events: Iterable[StoredEvent]) -> int:
         """Insert one match's events exactly as given (seq, t_ms, wall, data) in one
-        transaction; for `opsarena db copy`. The events must be one match's 1..n; raises
+        transaction, with their chain (recomputed; a source event whose own hashes disagree
+        is refused); for `opsarena db copy`. The events must be one match's 1..n; raises
         `StoreError` if that match already has events here. Returns how many were written."""
         batch = list(events)
         if not batch:
@@ -272,6 +341,16 @@ class PostgresEventStore(EventStore):
         ):
             raise StoreError(f"match {match_id!r}: events to import must be seq 1..n of one match")
         last = batch[-1]
+        rows, prev = [], GENESIS
+        for e in batch:
+            digest = event_hash(match_id, e.seq, e.type, e.t_ms, e.wall, e.data, prev)
+            if e.hash and (e.hash != digest or e.prev_hash != prev):
+                raise StoreError(
+                    f"match {match_id!r}: event {e.seq} does not chain (opsarena verify "
+                    f"{match_id} on the source): not copied"
+                )
+            rows.append((match_id, *_row_of(e), prev, digest))
+            prev = digest
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute(
@@ -281,9 +360,9 @@ class PostgresEventStore(EventStore):
                 )
                 with conn.cursor() as cur:
                     cur.executemany(
-                        "INSERT INTO events (match_id, seq, type, t_ms, wall, data)"
-                        " VALUES (%s, %s, %s, %s, %s, %s)",
-                        [(match_id, *_row_of(e)) for e in batch],
+                        "INSERT INTO events (match_id, seq, type, t_ms, wall, data, prev_hash,"
+                        " hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                        rows,
                     )
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, match_id))
         except psycopg.errors.UniqueViolation:
@@ -296,15 +375,82 @@ class PostgresEventStore(EventStore):
         self, match_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """`read` without the thread hop."""
+        # Only what the store appended: a row above `last_seq` was written behind its back.
         rows = self._query(
-            "SELECT seq, type, t_ms, wall, data FROM events WHERE match_id = %s AND seq > %s"
+            f"SELECT {_COLUMNS} FROM events WHERE match_id = %s AND seq > %s"
+            " AND seq <= (SELECT last_seq FROM matches WHERE match_id = %s)"
             " ORDER BY seq LIMIT %s",
-            (match_id, after, limit),
+            (match_id, after, match_id, limit),
         )
-        return [
-            StoredEvent(match_id, int(seq), str(kind), int(t_ms), str(wall), json.loads(data))
-            for seq, kind, t_ms, wall, data in rows
-        ]
+        return [_stored(_link(match_id, row)) for row in rows]
+
+    def audit_blocking(self, match_id: str) -> LogAudit:
+        """`audit` without the thread hop."""
+        summary = self._query("SELECT last_seq FROM matches WHERE match_id = %s", (match_id,))
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE match_id = %s ORDER BY seq", (match_id,)
+        )
+        quarantined = self._query(
+            f"SELECT {_COLUMNS}, quarantined_wall, reason FROM quarantined_events"
+            " WHERE match_id = %s ORDER BY id",
+            (match_id,),
+        )
+        return LogAudit(
+            match_id=match_id,
+            last_seq=int(summary[0][0]) if summary else 0,
+            events=[_stored(_link(match_id, row)) for row in rows],
+            quarantined=[
+                QuarantinedEvent(_stored(_link(match_id, row[:7])), str(row[7]), str(row[8]))
+                for row in quarantined
+            ],
+        )
+
+    def quarantine_tail_blocking(self, match_id: str, reason: str) -> QuarantineResult | None:
+        """`quarantine_tail` without the thread hop."""
+        if self.read_only:
+            raise StoreError(f"the event log {self._where} is open read-only")
+        stamp = utc_now_iso()
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                locked = conn.execute(
+                    "SELECT last_seq FROM matches WHERE match_id = %s FOR UPDATE", (match_id,)
+                ).fetchone()
+                last = int(locked[0]) if locked is not None else 0
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM events WHERE match_id = %s ORDER BY seq",
+                    (match_id,),
+                ).fetchall()
+                start = forged_tail_start([_link(match_id, r) for r in rows], last)
+                if start is None:
+                    return None
+                moved = conn.execute(
+                    "INSERT INTO quarantined_events (match_id, seq, type, t_ms, wall, data,"
+                    " prev_hash, hash, quarantined_wall, reason) SELECT match_id, seq, type,"
+                    " t_ms, wall, data, prev_hash, hash, %s, %s FROM events"
+                    " WHERE match_id = %s AND seq >= %s ORDER BY seq",
+                    (stamp, reason[:1000], match_id, start),
+                ).rowcount
+                conn.execute(
+                    "DELETE FROM events WHERE match_id = %s AND seq >= %s", (match_id, start)
+                )
+                head = conn.execute(
+                    "SELECT seq, t_ms, type FROM events WHERE match_id = %s"
+                    " ORDER BY seq DESC LIMIT 1",
+                    (match_id,),
+                ).fetchone()
+                if head is None:
+                    conn.execute("DELETE FROM matches WHERE match_id = %s", (match_id,))
+                else:
+                    conn.execute(
+                        "UPDATE matches SET last_seq = %s, last_t_ms = %s, last_type = %s,"
+                        " updated_wall = %s WHERE match_id = %s",
+                        (int(head[0]), int(head[1]), str(head[2]), stamp, match_id),
+                    )
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot repair the event log {self._where}: {_one_line(exc)}"
+            ) from None
+        return QuarantineResult(first_seq=start, rows=max(moved, 0))
 
     _SUMMARY = (
         "SELECT match_id, created_wall, updated_wall, last_seq, last_t_ms, last_type FROM matches"
@@ -350,6 +496,15 @@ class PostgresEventStore(EventStore):
         self, match_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         return await asyncio.to_thread(self.read_blocking, match_id, after, limit)
+
+    async def audit(self, match_id: str) -> LogAudit:
+        return await asyncio.to_thread(self.audit_blocking, match_id)
+
+    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
+        return await asyncio.to_thread(self.quarantine_tail_blocking, match_id, reason)
+
+    def vault(self) -> Vault:
+        return _PostgresVault(self)
 
     async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
         return await asyncio.to_thread(self.list_matches_blocking, limit)
@@ -427,6 +582,80 @@ class _Listener:
             self._thread.join(2.0)
         if self._conn is not None:
             self._conn.close()
+
+
+_COLUMNS = "seq, type, t_ms, wall, data, prev_hash, hash"
+
+
+class _PostgresVault(Vault):
+    """Running matches' secrets in the `match_secrets` table: readable with the
+    database's credentials only (the operator's), so `resume` works from any machine."""
+
+    where = "the match_secrets table"
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        self._store = store
+
+    @staticmethod
+    def _check(match_id: str) -> None:
+        if not MATCH_ID_RE.match(match_id):
+            raise ValueError(f"match id {match_id!r} is not a safe name")
+
+    def put(self, match_id: str, secrets: dict[str, str]) -> None:
+        self._check(match_id)
+        payload = json.dumps(secrets, sort_keys=True)
+        try:
+            with self._store._pool.connection() as conn, conn.transaction():
+                conn.execute(
+                    "INSERT INTO match_secrets (match_id, secrets) VALUES (%s, %s)"
+                    " ON CONFLICT (match_id) DO UPDATE SET secrets = EXCLUDED.secrets",
+                    (match_id, payload),
+                )
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot write the seed vault: {_one_line(exc)}") from None
+
+    def get(self, match_id: str) -> dict[str, str] | None:
+        self._check(match_id)
+        rows = self._store._query(
+            "SELECT secrets FROM match_secrets WHERE match_id = %s", (match_id,)
+        )
+        if not rows:
+            return None
+        loaded = json.loads(rows[0][0])
+        if not isinstance(loaded, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()
+        ):
+            raise StoreError(f"the seed vault entry of {match_id} is not an object of strings")
+        return loaded
+
+    def discard(self, match_id: str) -> None:
+        self._check(match_id)
+        try:
+            with self._store._pool.connection() as conn, conn.transaction():
+                conn.execute("DELETE FROM match_secrets WHERE match_id = %s", (match_id,))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot write the seed vault: {_one_line(exc)}") from None
+
+
+def _link(match_id: str, row: Any) -> ChainLink:
+    seq, kind, t_ms, wall, data, prev_hash, digest = row
+    try:
+        parsed = json.loads(data)
+    except (TypeError, ValueError):
+        parsed = {"unreadable": str(data)}
+    if not isinstance(parsed, dict):
+        parsed = {"not_an_object": parsed}
+    return ChainLink(
+        match_id, int(seq), str(kind), int(t_ms), str(wall), parsed,
+        str(prev_hash or ""), str(digest or ""),
+    )  # fmt: skip
+
+
+def _stored(link: ChainLink) -> StoredEvent:
+    return StoredEvent(
+        link.match_id, link.seq, link.type, link.t_ms, link.wall, dict(link.data),
+        link.prev_hash, link.hash,
+    )  # fmt: skip
 
 
 def _row_of(event: StoredEvent) -> tuple[int, str, int, str, str]:

@@ -1,24 +1,37 @@
-"""The SQLite event log: one file, WAL, every commit synced to disk.
+"""The SQLite event log: one file, WAL, every commit synced to disk, readable only by its owner.
 
-Layout (schema version 1):
+Layout (schema version 2):
 
 - `opsarena_schema(version)`: one row; a file without it is not ours and is never touched.
-- `events(match_id, seq, type, t_ms, wall, data)`: one row per event, `UNIQUE(match_id, seq)`,
-  `data` compact JSON.
+- `events(match_id, seq, type, t_ms, wall, data, prev_hash, hash)`: one row per event,
+  `UNIQUE(match_id, seq)`, `data` compact JSON, `hash` chained to the match's previous
+  event (`store.chain` gives the exact input).
 - `matches(match_id, last_seq, created_wall, updated_wall, last_t_ms, last_type)`: the
   store's own bookkeeping per match (the next sequence number, what `ls` sorts by). It says
   nothing about how a match went; that is only ever the fold of its events.
+- `quarantined_events`: rows `quarantine_tail` moved out of a match's log (a forged tail),
+  with when and why; evidence for `opsarena verify`, never folded.
 
 Sequence numbers are allocated inside one `BEGIN IMMEDIATE` transaction that reads
-`matches.last_seq`, inserts the event and updates the summary, so appenders in any number of
-processes serialise on SQLite's write lock and never gap or duplicate. `synchronous=FULL`
-makes every commit durable before `append` returns.
+`matches.last_seq`, checks that no row sits at or above the next one and that the row it
+chains to still matches its hash, inserts the event and updates the summary, so appenders
+in any number of processes serialise on SQLite's write lock and never gap or duplicate.
+`synchronous=FULL` makes every commit durable before `append` returns. `read` returns only
+rows up to `last_seq`: a row written into the file behind the store's back is never handed
+to the fold or to a follower.
+
+A new file is created with mode 0600 (SQLite gives its `-wal` and `-shm` files the same
+mode), a directory the store creates gets 0700, and opening a log for writing tightens an
+existing file (and its `-wal`/`-shm`) of ours that others could read. Version 1 logs are
+upgraded by the first writer that opens them: the hashes of their rows are computed then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Mapping
@@ -26,19 +39,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from opsarena.errors import StoreError
+from opsarena.errors import EventLogError, LogTamperedError, StoreError
 from opsarena.store.base import (
     EventStore,
+    LogAudit,
     MatchSummary,
+    QuarantinedEvent,
+    QuarantineResult,
     StoredEvent,
     encode_event_data,
     utc_now_iso,
 )
-from opsarena.store.targets import describe_target, is_postgres_url, resolve_target
+from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
+from opsarena.store.targets import default_db_path, describe_target, is_postgres_url, resolve_target
+from opsarena.store.vault import SeedVault
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""
+
+FOREIGN_SEQ = 2**62
+"""Where a row whose seq is not an integer sorts (only a forger can write one)."""
 
 _SCHEMA = """
 CREATE TABLE opsarena_schema (version INTEGER NOT NULL);
@@ -59,9 +80,30 @@ CREATE TABLE events (
     t_ms INTEGER NOT NULL,
     wall TEXT NOT NULL,
     data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL DEFAULT '',
+    hash TEXT NOT NULL DEFAULT '',
     UNIQUE (match_id, seq)
 );
+CREATE TABLE quarantined_events (
+    id INTEGER PRIMARY KEY,
+    match_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    t_ms INTEGER NOT NULL,
+    wall TEXT NOT NULL,
+    data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    quarantined_wall TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
 """
+
+_UPGRADE_FROM_1 = [
+    "ALTER TABLE events ADD COLUMN prev_hash TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE events ADD COLUMN hash TEXT NOT NULL DEFAULT ''",
+    _SCHEMA[_SCHEMA.index("CREATE TABLE quarantined_events") :].strip().rstrip(";"),
+]
 
 
 class SqliteEventStore(EventStore):
@@ -82,6 +124,7 @@ class SqliteEventStore(EventStore):
         self.path = Path(resolved)
         self.read_only = read_only
         self._lock = threading.Lock()
+        self._version = SCHEMA_VERSION
         self._conn = self._open_read_only() if read_only else self._open()
 
     def _open_read_only(self) -> sqlite3.Connection:
@@ -111,9 +154,28 @@ class SqliteEventStore(EventStore):
             raise
         return conn
 
+    def _restrict_files(self) -> None:
+        """Create the directory (0700) and the file (0600) when missing; tighten a file of
+        ours that others could read or write. Raises `OSError`."""
+        parent = self.path.parent
+        if not parent.exists():
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        elif parent == default_db_path().parent:
+            # The default directory is ours alone; a --db directory is the user's to set.
+            info = parent.stat()
+            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(parent, 0o700)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                info = name.stat()
+                if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                    os.chmod(name, 0o600)
+
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._restrict_files()
             conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
@@ -158,6 +220,8 @@ class SqliteEventStore(EventStore):
                 raise self._not_ours()
             else:
                 self._check_version(conn)
+                if self._version < SCHEMA_VERSION:
+                    self._upgrade(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -174,6 +238,27 @@ class SqliteEventStore(EventStore):
                 f"the event log {self.path} has schema version {version}, newer than "
                 f"this opsarena understands ({SCHEMA_VERSION}): upgrade opsarena"
             )
+        self._version = version
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Inside the open `BEGIN IMMEDIATE`: version 1 to 2, hashing every existing row
+        (the rows are taken as they are: a version 1 log had no chain to check them by)."""
+        for statement in _UPGRADE_FROM_1:
+            conn.execute(statement)
+        rows = conn.execute(
+            "SELECT id, match_id, seq, type, t_ms, wall, data FROM events ORDER BY match_id, seq"
+        ).fetchall()
+        previous: dict[str, str] = {}
+        for row_id, match_id, seq, kind, t_ms, wall, data in rows:
+            prev_hash = previous.get(match_id, GENESIS)
+            digest = event_hash(match_id, seq, kind, t_ms, wall, json.loads(data), prev_hash)
+            conn.execute(
+                "UPDATE events SET prev_hash = ?, hash = ? WHERE id = ?",
+                (prev_hash, digest, row_id),
+            )
+            previous[match_id] = digest
+        conn.execute("UPDATE opsarena_schema SET version = ?", (SCHEMA_VERSION,))
+        self._version = SCHEMA_VERSION
 
     def _not_ours(self) -> StoreError:
         return StoreError(
@@ -208,24 +293,28 @@ class SqliteEventStore(EventStore):
                     row = conn.execute(
                         "SELECT last_seq FROM matches WHERE match_id = ?", (match_id,)
                     ).fetchone()
+                    last = int(row[0]) if row is not None else 0
+                    seq = last + 1
+                    prev_hash = self._chain_head(conn, match_id, last)
+                    digest = event_hash(
+                        match_id, seq, event_type, t_ms, stamp, json.loads(payload), prev_hash
+                    )
                     if row is None:
-                        seq = 1
                         conn.execute(
                             "INSERT INTO matches (match_id, last_seq, created_wall, updated_wall,"
                             " last_t_ms, last_type) VALUES (?, ?, ?, ?, ?, ?)",
                             (match_id, seq, stamp, stamp, t_ms, event_type),
                         )
                     else:
-                        seq = int(row[0]) + 1
                         conn.execute(
                             "UPDATE matches SET last_seq = ?, updated_wall = ?, last_t_ms = ?,"
                             " last_type = ? WHERE match_id = ?",
                             (seq, stamp, t_ms, event_type, match_id),
                         )
                     conn.execute(
-                        "INSERT INTO events (match_id, seq, type, t_ms, wall, data)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (match_id, seq, event_type, t_ms, stamp, payload),
+                        "INSERT INTO events (match_id, seq, type, t_ms, wall, data, prev_hash,"
+                        " hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (match_id, seq, event_type, t_ms, stamp, payload, prev_hash, digest),
                     )
                     conn.execute("COMMIT")
                 except BaseException:
@@ -235,20 +324,181 @@ class SqliteEventStore(EventStore):
                 raise StoreError(f"cannot append to the event log {self.path}: {exc}") from None
         return seq
 
+    def _chain_head(self, conn: sqlite3.Connection, match_id: str, last: int) -> str:
+        """Inside the append's transaction: the hash the next event chains to. Raises
+        `LogTamperedError` when a row sits above `last` (its seq is taken) or the row at
+        `last` is missing or does not match its own hash."""
+        taken = conn.execute(
+            "SELECT MIN(seq) FROM events WHERE match_id = ? AND seq > ?", (match_id, last)
+        ).fetchone()[0]
+        if taken is not None:
+            raise LogTamperedError(
+                f"match {match_id}: seq {taken} is taken by a row the arena did not append "
+                f"(its last appended seq is {last}): opsarena verify {match_id}",
+                match_id=match_id,
+                seq=int(taken),
+            )
+        if last == 0:
+            return GENESIS
+        head = conn.execute(
+            "SELECT seq, type, t_ms, wall, data, prev_hash, hash FROM events"
+            " WHERE match_id = ? AND seq = ?",
+            (match_id, last),
+        ).fetchone()
+        if head is None or not self._link(match_id, head).hash_ok():
+            what = "is missing" if head is None else "does not match its hash"
+            raise LogTamperedError(
+                f"match {match_id}: seq {last}, the event the next one chains to, {what}: "
+                f"opsarena verify {match_id}",
+                match_id=match_id,
+                seq=last,
+            )
+        return str(head[6])
+
+    @staticmethod
+    def _link(match_id: str, row: Any) -> ChainLink:
+        """A stored row as the chain checks it. A forged row may hold anything SQLite
+        takes (text in an integer column): it becomes a link that fails its hash, a
+        non-integer seq one above every real seq (SQLite sorts text after numbers)."""
+        seq, kind, t_ms, wall, data, prev_hash, digest = row
+        if not isinstance(seq, int):
+            seq, digest = FOREIGN_SEQ, ""
+        if not isinstance(t_ms, int):
+            t_ms, digest = 0, ""
+        try:
+            parsed = json.loads(data)
+        except (TypeError, ValueError):
+            parsed = {"unreadable": str(data)}
+        if not isinstance(parsed, dict):
+            parsed = {"not_an_object": parsed}
+        return ChainLink(
+            match_id, int(seq), str(kind), int(t_ms), str(wall), parsed,
+            str(prev_hash or ""), str(digest or ""),
+        )  # fmt: skip
+
+    def audit_blocking(self, match_id: str) -> LogAudit:
+        """`audit` without the thread hop."""
+        hashes = "prev_hash, hash" if self._version >= 2 else "'', ''"
+        with self._lock:
+            summary = self._query("SELECT last_seq FROM matches WHERE match_id = ?", (match_id,))
+            rows = self._query(
+                f"SELECT seq, type, t_ms, wall, data, {hashes} FROM events"
+                " WHERE match_id = ? ORDER BY seq",
+                (match_id,),
+            )
+            quarantined = (
+                self._query(
+                    "SELECT seq, type, t_ms, wall, data, prev_hash, hash, quarantined_wall,"
+                    " reason FROM quarantined_events WHERE match_id = ? ORDER BY id",
+                    (match_id,),
+                )
+                if self._version >= 2
+                else []
+            )
+        return LogAudit(
+            match_id=match_id,
+            last_seq=int(summary[0][0]) if summary else 0,
+            events=[self._stored(self._link(match_id, row)) for row in rows],
+            quarantined=[
+                QuarantinedEvent(self._stored(self._link(match_id, row[:7])), row[7], row[8])
+                for row in quarantined
+            ],
+        )
+
+    @staticmethod
+    def _stored(link: ChainLink) -> StoredEvent:
+        return StoredEvent(
+            link.match_id, link.seq, link.type, link.t_ms, link.wall, dict(link.data),
+            link.prev_hash, link.hash,
+        )  # fmt: skip
+
+    def quarantine_tail_blocking(self, match_id: str, reason: str) -> QuarantineResult | None:
+        """`quarantine_tail` without the thread hop."""
+        if self.read_only:
+            raise StoreError(f"the event log {self.path} is open read-only")
+        stamp = utc_now_iso()
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = self._quarantine_in(conn, match_id, reason, stamp)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot repair the event log {self.path}: {exc}") from None
+        return result
+
+    def _quarantine_in(
+        self, conn: sqlite3.Connection, match_id: str, reason: str, stamp: str
+    ) -> QuarantineResult | None:
+        row = conn.execute(
+            "SELECT last_seq FROM matches WHERE match_id = ?", (match_id,)
+        ).fetchone()
+        last = int(row[0]) if row is not None else 0
+        rows = conn.execute(
+            "SELECT seq, type, t_ms, wall, data, prev_hash, hash FROM events"
+            " WHERE match_id = ? ORDER BY seq",
+            (match_id,),
+        ).fetchall()
+        start = forged_tail_start([self._link(match_id, r) for r in rows], last)
+        if start is None:
+            return None
+        moved = conn.execute(
+            "INSERT INTO quarantined_events (match_id, seq, type, t_ms, wall, data, prev_hash,"
+            " hash, quarantined_wall, reason) SELECT match_id, seq, type, t_ms, wall, data,"
+            " prev_hash, hash, ?, ? FROM events WHERE match_id = ? AND seq >= ? ORDER BY seq",
+            (stamp, reason[:1000], match_id, start),
+        ).rowcount
+        conn.execute("DELETE FROM events WHERE match_id = ? AND seq >= ?", (match_id, start))
+        head = conn.execute(
+            "SELECT seq, t_ms, type FROM events WHERE match_id = ? ORDER BY seq DESC LIMIT 1",
+            (match_id,),
+        ).fetchone()
+        if head is None:
+            conn.execute("DELETE FROM matches WHERE match_id = ?", (match_id,))
+        else:
+            conn.execute(
+                "UPDATE matches SET last_seq = ?, last_t_ms = ?, last_type = ?,"
+                " updated_wall = ? WHERE match_id = ?",
+                (int(head[0]), int(head[1]), str(head[2]), stamp, match_id),
+            )
+        return QuarantineResult(first_seq=start, rows=max(moved, 0))
+
     def read_blocking(
         self, match_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """`read` without the thread hop."""
+        hashes = "prev_hash, hash" if self._version >= 2 else "'', ''"
+        # Only what the store appended: a row above `last_seq` was written behind its back.
         query = (
-            "SELECT seq, type, t_ms, wall, data FROM events"
-            " WHERE match_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+            f"SELECT seq, type, t_ms, wall, data, {hashes} FROM events"
+            " WHERE match_id = ? AND seq > ?"
+            " AND seq <= (SELECT last_seq FROM matches WHERE match_id = ?) ORDER BY seq LIMIT ?"
         )
         with self._lock:
-            rows = self._query(query, (match_id, after, -1 if limit is None else limit))
-        return [
-            StoredEvent(match_id, int(seq), str(kind), int(t_ms), str(wall), json.loads(data))
-            for seq, kind, t_ms, wall, data in rows
-        ]
+            rows = self._query(query, (match_id, after, match_id, -1 if limit is None else limit))
+        return [self._event_of(match_id, row) for row in rows]
+
+    @staticmethod
+    def _event_of(match_id: str, row: Any) -> StoredEvent:
+        """A row the store appended, as an event; `EventLogError` when it was since edited
+        into something no appender writes (text in an integer column, data not JSON)."""
+        seq, kind, t_ms, wall, data, prev_hash, digest = row
+        try:
+            if not isinstance(seq, int) or not isinstance(t_ms, int):
+                raise ValueError("seq and t_ms must be integers")
+            parsed = json.loads(data)
+        except (TypeError, ValueError) as exc:
+            raise EventLogError(
+                f"match {match_id} seq {seq}: the row is malformed ({exc}): it was edited "
+                f"behind the store's back, opsarena verify {match_id}"
+            ) from None
+        return StoredEvent(
+            match_id, seq, str(kind), t_ms, str(wall), parsed, str(prev_hash), str(digest)
+        )
 
     _SUMMARY = (
         "SELECT match_id, created_wall, updated_wall, last_seq, last_t_ms, last_type FROM matches"
@@ -302,6 +552,15 @@ class SqliteEventStore(EventStore):
 
     async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
         return await asyncio.to_thread(self.list_matches_blocking, limit)
+
+    async def audit(self, match_id: str) -> LogAudit:
+        return await asyncio.to_thread(self.audit_blocking, match_id)
+
+    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
+        return await asyncio.to_thread(self.quarantine_tail_blocking, match_id, reason)
+
+    def vault(self) -> SeedVault:
+        return SeedVault(self.path.with_name(f"{self.path.name}-secrets"))
 
     async def summary(self, match_id: str) -> MatchSummary | None:
         return await asyncio.to_thread(self.summary_blocking, match_id)

@@ -9,6 +9,9 @@ nothing else. Routes:
 - `GET /api/matches/{id}/events?after=SEQ&limit=N`: raw events after `SEQ`;
 - `GET /api/matches/{id}/stream?after=SEQ`: server-sent events (see `web.stream`);
 - `GET /api/stream`: server-sent events of the matches list;
+- `GET /tournaments/{id}`: the tournament page; `GET /api/tournaments/{id}`: its record,
+  leaderboard and running matches; `GET /api/tournaments/{id}/stream`: server-sent
+  events of the same (see `web.tournament`);
 - `GET /openapi.json`: the schema of all of the above.
 
 An unknown match is 404 with `{"detail": "..."}`; a bad query value is 422; a log that
@@ -32,10 +35,12 @@ import opsarena
 from opsarena.errors import EventLogError, StoreError
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore
+from opsarena.tournament.record import is_tournament_stream
 from opsarena.web.models import ErrorBody, EventEnvelope, MatchListItem
 from opsarena.web.readonly import open_read_only
 from opsarena.web.records import RecordCache, list_items
 from opsarena.web.stream import PING_S, match_messages, matches_messages
+from opsarena.web.tournament import tournament_messages, tournament_view
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_SEQ = 2**53 - 1
@@ -59,6 +64,7 @@ _SSE: dict[int | str, dict[str, Any]] = {
 }
 
 MatchId = Annotated[str, PathParam(description="A match id, as `/api/matches` lists them.")]
+TournamentId = Annotated[str, PathParam(description="A tournament id.")]
 After = Annotated[
     int, Query(ge=0, le=MAX_SEQ, description="Only events with a larger seq (0: from the start).")
 ]
@@ -106,7 +112,8 @@ def create_app(db_path: Path | str | None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     async def require_match(match_id: str) -> None:
-        if await store.summary(match_id) is None:
+        # A tournament's own stream holds its seed until the end: it is no match here.
+        if is_tournament_stream(match_id) or await store.summary(match_id) is None:
             raise HTTPException(404, f"no match {match_id!r} in this event log")
 
     @app.get("/", include_in_schema=False)
@@ -128,6 +135,7 @@ def create_app(db_path: Path | str | None) -> FastAPI:
     async def match_record(match_id: MatchId) -> MatchRecord:
         """The match record: the fold of every event so far (final once `match_state` is
         `finished`)."""
+        await require_match(match_id)
         record = await cache.record(match_id)
         if record is None:
             raise HTTPException(404, f"no match {match_id!r} in this event log")
@@ -169,5 +177,30 @@ def create_app(db_path: Path | str | None) -> FastAPI:
     ) -> EventSourceResponse:
         """Server-sent events: `matches` (the list rows) at once and on every change."""
         return EventSourceResponse(matches_messages(store, cache, limit), ping=PING_S)
+
+    @app.get("/tournaments/{tournament_id}", include_in_schema=False)
+    async def tournament_page(tournament_id: str) -> FileResponse:
+        return FileResponse(STATIC_DIR / "tournament.html")
+
+    @app.get("/api/tournaments/{tournament_id}", responses={**_NOT_FOUND, **_BROKEN})
+    async def tournament(tournament_id: TournamentId) -> dict[str, Any]:
+        """The tournament: its record (the seed only once finished), the leaderboard of
+        its counted matches, the order check, and the matches running now."""
+        view = await tournament_view(store, tournament_id)
+        if view is None:
+            raise HTTPException(404, f"no tournament {tournament_id!r} in this event log")
+        return view
+
+    @app.get(
+        "/api/tournaments/{tournament_id}/stream",
+        response_class=EventSourceResponse,
+        responses={**_SSE, **_NOT_FOUND, **_BROKEN},
+    )
+    async def tournament_stream(tournament_id: TournamentId) -> EventSourceResponse:
+        """Server-sent events: `tournament` (the same payload) at once and whenever the
+        tournament or one of its running matches changes; `end` once it finished."""
+        if await tournament_view(store, tournament_id) is None:
+            raise HTTPException(404, f"no tournament {tournament_id!r} in this event log")
+        return EventSourceResponse(tournament_messages(store, tournament_id), ping=PING_S)
 
     return app

@@ -29,6 +29,10 @@ class EventEnvelope(BaseModel):
     t_ms: int
     wall: str
     data: dict[str, Any]
+    prev_hash: str = ""
+    """The `hash` of the event before (64 zeros for the first): see docs/MATCHES.md."""
+    hash: str = ""
+    """SHA-256 of this event chained to `prev_hash` (`opsarena.store.chain`)."""
 
 
 class MatchListItem(BaseModel):

@@ -15,6 +15,7 @@ from opsarena.errors import EventLogError
 from opsarena.match.fold import RecordFolder
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore, MatchSummary
+from opsarena.tournament.record import is_tournament_stream
 from opsarena.web.models import MatchListItem
 
 READ_BATCH = 2000
@@ -89,9 +90,12 @@ def list_item(
 
 
 async def list_items(cache: RecordCache, summaries: list[MatchSummary]) -> list[MatchListItem]:
-    """The list rows of the matches `summaries` names, in the same order."""
+    """The list rows of the matches `summaries` names, in the same order (a tournament's
+    own stream is not a match and is left out)."""
     items = []
     for summary in summaries:
+        if is_tournament_stream(summary.match_id):
+            continue
         try:
             record = await cache.record(summary.match_id)
         except EventLogError as exc:

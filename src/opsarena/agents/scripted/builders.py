@@ -22,6 +22,13 @@ referee decides what it really earned. Designed verdicts:
 | racy         | pass                  | wrong_record     |            |                  |
 | slow-start   | pass (after 6 s)      | pass       | pass             | pass                   |
 
+`tls-gateway` and `hardened-service` are passed by `reference` too (it reads the
+challenge's name and brief variables from `params`); their flawed builders
+(tls-self-signed, tls-legacy, tls-no-redirect, tls-no-hsts; hardened-root,
+hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
+`deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
+docs/CHALLENGES.md.
+
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
 server starts and whose agent ends right after `systemctl enable --now`, without waiting:
@@ -37,13 +44,18 @@ from typing import ClassVar
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.scripted.deploy import (
+    SANDBOX_LINES,
     ServiceTarget,
     Storage,
     activation_script,
+    hardened_script,
     nginx_config,
     nginx_unit,
     records_unit,
+    sandbox_script,
     service_target,
+    tls_issue_script,
+    tls_server_args,
 )
 from opsarena.hosts import ExecResult, Host
 
@@ -114,8 +126,17 @@ class RecordsServiceBuilder(ScriptedBuilder):
     health_body: ClassVar[str] = "ready"
     enable: ClassVar[bool] = True
     flaw: ClassVar[str | None] = None
+    tls_flaw: ClassVar[str | None] = None
+    """For `tls-gateway` (`deploy.TLS_FLAWS`); a builder with one deploys like
+    `reference` elsewhere."""
+    hardened_flaw: ClassVar[str | None] = None
+    """For `hardened-service` (`deploy.HARDENED_FLAWS`); likewise."""
     start_delay_s: ClassVar[int] = 0
     wait: ClassVar[bool] = True
+    durability: ClassVar[str] = "full"
+    """The server's `--durability` mode (see `records_server.py`)."""
+    restart: ClassVar[bool] = True
+    """Whether the unit has `Restart=always`."""
 
     async def deploy(
         self, host: Host, target: ServiceTarget, *, wait_seconds: float
@@ -123,6 +144,25 @@ class RecordsServiceBuilder(ScriptedBuilder):
         script = resources.files("opsarena.agents.scripted").joinpath(_SERVER_SCRIPT).read_bytes()
         script_path = f"{target.program_dir}/{_SERVER_SCRIPT}"
         await host.write_file(script_path, script)
+        extra: tuple[str, ...] = ()
+        if target.tls:
+            issued = await host.exec(
+                tls_issue_script(target, self_signed=self.tls_flaw == "self-signed"),
+                timeout=60.0,
+            )
+            if not issued.ok:
+                return issued
+            extra = tls_server_args(target, self.tls_flaw)
+        lines, user = "", None
+        if target.challenge == "hardened-service":
+            removed = await host.exec(
+                hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw),
+                timeout=60.0,
+            )
+            if not removed.ok:
+                return removed
+            lines = "" if self.hardened_flaw == "writable" else SANDBOX_LINES
+            user = "root" if self.hardened_flaw == "root" else None
         unit = records_unit(
             target,
             script_path,
@@ -131,6 +171,11 @@ class RecordsServiceBuilder(ScriptedBuilder):
             builder=self.name,
             flaw=self.flaw,
             start_delay_s=self.start_delay_s,
+            extra_args=extra,
+            service_lines=lines,
+            user=user,
+            durability=self.durability,
+            restart=self.restart,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -141,14 +186,22 @@ class RecordsServiceBuilder(ScriptedBuilder):
         )
 
     def describe(self, target: ServiceTarget) -> str:
+        how = {
+            "full": "fsync + atomic rename + directory fsync",
+            "no-fsync": "written in place, never fsynced",
+            "no-dirsync": "fsync + rename, no directory fsync",
+            "ack-before-write": "acknowledged first, stored durably seconds later",
+        }[self.durability]
         where = {
-            "disk": f"files under {target.state_dir}/records (fsync + atomic rename)",
+            "disk": f"files under {target.state_dir}/records ({how})",
             "run": f"files under {target.runtime_dir}/records",
             "memory": "process memory",
         }[self.storage]
         started = "enabled and started" if self.enable else "started (not enabled)"
         flaw = f"; flaw {self.flaw}" if self.flaw else ""
         delay = f"; the unit sleeps {self.start_delay_s} s first" if self.start_delay_s else ""
+        if not self.restart:
+            started += ", no Restart="
         return (
             f"{self.name}: stdlib Python records service on port {target.port}, "
             f"records in {where}, /health says {self.health_body!r}; {target.unit} {started}"
@@ -299,3 +352,68 @@ class IdleBuilder(ScriptedBuilder):
 
     def describe(self, target: ServiceTarget) -> str:
         return "idle: did nothing, by design"
+
+
+class TlsSelfSignedBuilder(ReferenceBuilder):
+    """`tls-gateway`: a self-signed certificate (fails `tls-up`: certificate_untrusted)."""
+
+    name = "tls-self-signed"
+    model = "scripted/tls-self-signed"
+    tls_flaw = "self-signed"
+
+
+class TlsLegacyBuilder(ReferenceBuilder):
+    """`tls-gateway`: accepts TLS 1.0 (fails `modern-tls`: old_tls_accepted)."""
+
+    name = "tls-legacy"
+    model = "scripted/tls-legacy"
+    tls_flaw = "legacy"
+
+
+class TlsNoRedirectBuilder(ReferenceBuilder):
+    """`tls-gateway`: serves the API on plain 80 (fails `http-redirect`: no_redirect)."""
+
+    name = "tls-no-redirect"
+    model = "scripted/tls-no-redirect"
+    tls_flaw = "no-redirect"
+
+
+class TlsNoHstsBuilder(ReferenceBuilder):
+    """`tls-gateway`: no Strict-Transport-Security header (fails `hsts`: hsts_missing)."""
+
+    name = "tls-no-hsts"
+    model = "scripted/tls-no-hsts"
+    tls_flaw = "no-hsts"
+
+
+class HardenedRootBuilder(ReferenceBuilder):
+    """`hardened-service`: the service runs as root (fails `service-user`)."""
+
+    name = "hardened-root"
+    model = "scripted/hardened-root"
+    hardened_flaw = "root"
+
+
+class HardenedPlantedLeftBuilder(ReferenceBuilder):
+    """`hardened-service`: leaves the planted listener (fails `only-listener`)."""
+
+    name = "hardened-planted-left"
+    model = "scripted/hardened-planted-left"
+    hardened_flaw = "planted-left"
+
+
+class HardenedStoppedOnlyBuilder(ReferenceBuilder):
+    """`hardened-service`: stops the planted listener but leaves it enabled (fails
+    `host-reboot`: it is back after the reboot)."""
+
+    name = "hardened-stopped-only"
+    model = "scripted/hardened-stopped-only"
+    hardened_flaw = "stopped-only"
+
+
+class HardenedWritableBuilder(ReferenceBuilder):
+    """`hardened-service`: no write sandbox (fails `write-sandbox`)."""
+
+    name = "hardened-writable"
+    model = "scripted/hardened-writable"
+    hardened_flaw = "writable"

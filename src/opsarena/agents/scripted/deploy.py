@@ -37,6 +37,14 @@ class ServiceTarget:
 
     port: int = DEFAULT_PORT
     unit: str = DEFAULT_UNIT
+    challenge: str = ""
+    """The challenge's name ("" when the params do not say): `tls-gateway` serves TLS."""
+    server_name: str = ""
+    """The name the certificate must carry (`tls-gateway`'s brief variable)."""
+
+    @property
+    def tls(self) -> bool:
+        return self.challenge == "tls-gateway"
 
     @property
     def stem(self) -> str:
@@ -67,7 +75,8 @@ class ServiceTarget:
 
     @property
     def health_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/health"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/health"
 
 
 def service_target(params: Mapping[str, Any]) -> ServiceTarget:
@@ -83,7 +92,13 @@ def service_target(params: Mapping[str, Any]) -> ServiceTarget:
             f"scripted builders need a unit like builder-app.service "
             f"(lowercase letters, digits, dashes), not {unit!r}: fix the params"
         )
-    return ServiceTarget(port=port, unit=unit)
+    challenge = params.get("challenge", "")
+    server_name = params.get("server_name", "")
+    if not isinstance(challenge, str) or not isinstance(server_name, str):
+        raise UsageError("scripted builders need text for the challenge and server_name params")
+    if not re.fullmatch(r"[a-z0-9.-]{0,253}", server_name):
+        raise UsageError(f"server_name {server_name!r} is not a DNS name: fix the params")
+    return ServiceTarget(port=port, unit=unit, challenge=challenge, server_name=server_name)
 
 
 def records_server_command(
@@ -94,18 +109,24 @@ def records_server_command(
     health_body: str,
     flaw: str | None = None,
     start_delay_s: int = 0,
+    extra_args: tuple[str, ...] = (),
+    durability: str = "full",
 ) -> str:
     """The `ExecStart=` line running the shared records server with these choices (a
-    deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server)."""
+    deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server;
+    `extra_args` such as the TLS options)."""
     argv = ["/usr/bin/python3", script_path, "--port", str(target.port)]
     if storage == "memory":
         argv.append("--in-memory")
     else:
         base = target.state_dir if storage == "disk" else target.runtime_dir
         argv += ["--storage", f"{base}/records"]
+        if durability != "full":
+            argv += ["--durability", durability]
     argv += ["--health-body", health_body, "--max-body", str(MAX_BODY_BYTES)]
     if flaw is not None:
         argv += ["--flaw", flaw]
+    argv += extra_args
     if start_delay_s:
         argv = ["/bin/sh", "-c", f"sleep {start_delay_s} && exec {shlex.join(argv)}"]
     # systemd splits ExecStart= much like a POSIX shell does for quoted words.
@@ -121,9 +142,18 @@ def records_unit(
     builder: str,
     flaw: str | None = None,
     start_delay_s: int = 0,
+    extra_args: tuple[str, ...] = (),
+    service_lines: str = "",
+    user: str | None = None,
+    durability: str = "full",
+    restart: bool = True,
 ) -> str:
-    """The unit file of a Python records service (always `Restart=always`, installable
-    into multi-user.target; whether it is enabled is the builder's choice)."""
+    """The unit file of a Python records service (`Restart=always` unless `restart` is
+    false, installable into multi-user.target; whether it is enabled is the builder's
+    choice). `durability` is the server's `--durability` mode. With `extra_args` (TLS
+    on 443 and 80) the unprivileged user may bind ports below 1024. `service_lines` are
+    added to `[Service]` (sandboxing); `user` replaces the unit's own user (a flaw:
+    root)."""
     directories = {
         "disk": f"StateDirectory={target.stem}\n",
         # Kept across restarts (the default removes it when the service stops), and
@@ -138,20 +168,102 @@ def records_unit(
         health_body=health_body,
         flaw=flaw,
         start_delay_s=start_delay_s,
+        extra_args=extra_args,
+        durability=durability,
     )
+    bind = "AmbientCapabilities=CAP_NET_BIND_SERVICE\n" if extra_args else ""
+    restart_lines = "Restart=always\nRestartSec=200ms\n" if restart else "Restart=no\n"
     return (
         "[Unit]\n"
         f"Description=records service (opsarena scripted builder {builder})\n\n"
         "[Service]\n"
         "Type=exec\n"
-        f"User={target.stem}\n"
+        f"User={user or target.stem}\n"
         f"{directories}"
+        f"{bind}"
+        f"{service_lines}"
         f"ExecStart={exec_start}\n"
-        "Restart=always\n"
-        "RestartSec=200ms\n\n"
+        f"{restart_lines}\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+
+
+TLS_FLAWS = ("self-signed", "legacy", "no-redirect", "no-hsts")
+"""Deliberate `tls-gateway` flaws: a self-signed certificate; TLS 1.0 accepted; the
+records API served on plain 80 instead of a redirect; no HSTS header."""
+
+CA_DIR = "/etc/opsarena/ca"
+"""Where `tls-gateway` places the arena's CA key and certificate on the host."""
+
+
+HARDENED_FLAWS = ("root", "planted-left", "stopped-only", "writable")
+"""Deliberate `hardened-service` flaws: the service runs as root; the planted listener
+left running; stopped but still enabled (back after a reboot); no write sandbox."""
+
+PLANTED_UNIT = "legacy-admin.service"
+"""The listener `hardened-service` plants before the agents start."""
+
+SANDBOX_LINES = "NoNewPrivileges=yes\n"
+"""No capabilities ever gained (mount-namespace sandboxing cannot work on these hosts)."""
+
+
+def hardened_script(flaw: str | None) -> str:
+    """Bash removing the planted listener for good (or, as a flaw, not, or only until
+    the next boot)."""
+    if flaw == "planted-left":
+        return "true\n"
+    if flaw == "stopped-only":
+        return f"systemctl stop {PLANTED_UNIT}\n"
+    return (
+        f"systemctl disable --now {PLANTED_UNIT}\n"
+        f"rm -f /etc/systemd/system/{PLANTED_UNIT} && systemctl daemon-reload\n"
+    )
+
+
+def sandbox_script(flaw: str | None) -> str:
+    """Bash closing what the service's user could write on disk besides its data: the
+    world-writable /var/tmp (systemd's ProtectSystem= cannot work without mount
+    namespaces, which these hosts do not give). The `writable` flaw leaves it."""
+    return "true\n" if flaw == "writable" else "chmod 1770 /var/tmp\n"
+
+
+def tls_issue_script(target: ServiceTarget, *, self_signed: bool) -> str:
+    """Bash issuing the service's key and certificate for `target.server_name` with the
+    host's openssl: signed by the arena's CA (or, as a flaw, self-signed), readable by the
+    service's user only."""
+    user, tls_dir, name = target.stem, f"{target.config_dir}/tls", target.server_name
+    head = (
+        "set -eu\n"
+        f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
+        f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
+        f"install -d -m 0750 -o root -g {user} {tls_dir}\n"
+        f"cd {tls_dir}\n"
+    )
+    new_key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout key.pem"
+    ext = f"-subj /CN={name} -addext subjectAltName=DNS:{name}"
+    if self_signed:
+        issue = f"openssl req -x509 {new_key} {ext} -days 30 -out cert.pem 2>/dev/null\n"
+    else:
+        issue = (
+            f"openssl req -new {new_key} {ext} -out req.csr 2>/dev/null\n"
+            f"openssl x509 -req -in req.csr -CA {CA_DIR}/ca.crt -CAkey {CA_DIR}/ca.key "
+            "-CAcreateserial -days 30 -copy_extensions copy -out cert.pem 2>/dev/null\n"
+        )
+    return head + issue + f"chgrp {user} key.pem cert.pem && chmod 0640 key.pem cert.pem\n"
+
+
+def tls_server_args(target: ServiceTarget, flaw: str | None) -> tuple[str, ...]:
+    """The records server's TLS options for `tls-gateway`, with one deliberate flaw."""
+    tls_dir = f"{target.config_dir}/tls"
+    args = ["--tls-cert", f"{tls_dir}/cert.pem", "--tls-key", f"{tls_dir}/key.pem"]
+    args += ["--plain-port", "80", "--server-name", target.server_name]
+    args += ["--tls-min", "1.0" if flaw == "legacy" else "1.2"]
+    if flaw == "no-redirect":
+        args += ["--plain-mode", "serve"]
+    if flaw != "no-hsts":
+        args.append("--hsts")
+    return tuple(args)
 
 
 def nginx_config(target: ServiceTarget) -> str:
@@ -237,12 +349,15 @@ def activation_script(
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         "systemctl daemon-reload\n"
         f"systemctl {start} {target.unit}\n"
+        # What was installed is made durable, as a careful deployer does: a power cut
+        # must find the program, the unit and its enablement (crash-safe-records).
+        "sync\n"
     )
     if not wait:
         return head + "exit 0\n"
     return head + (
         f"for _ in $(seq {attempts}); do\n"
-        f"  curl -s -o /dev/null --max-time 1 {target.health_url} && exit 0\n"
+        f"  curl -sk -o /dev/null --max-time 1 {target.health_url} && exit 0\n"
         f"  systemctl is-failed --quiet {target.unit} && break\n"
         "  sleep 0.1\n"
         "done\n"

@@ -9,6 +9,12 @@ arguments in the systemd unit, which is how one script serves every Python build
   acknowledged with 2xx survives a crash of the service or of the machine. DIR is
   created if missing.
 - `--in-memory`: records live in a dict and die with the process.
+- `--durability MODE` (with `--storage`), the calibrated durability bugs: `full` (the
+  default, above); `no-fsync` (each record written straight to `DIR/<id>`, never
+  fsynced); `no-dirsync` (temporary file, fsync, rename, but no fsync of DIR);
+  `ack-before-write` (a PUT is answered from memory and stored durably only
+  `--persist-delay` seconds later, or at SIGTERM: a clean stop loses nothing, a crash
+  loses what was still pending).
 - `--health-body TEXT`: what `GET /health` answers (200); "ready" unless told.
 - `--flaw NAME`: break one clause of the contract on purpose, for the referee's
   calibration (`FLAWS` says what each does).
@@ -26,6 +32,9 @@ import argparse
 import contextlib
 import os
 import re
+import signal
+import ssl
+import sys
 import tempfile
 import threading
 import time
@@ -55,8 +64,9 @@ class BadBody(Exception):
 class DiskRecords:
     """Records as files in one directory, each replaced atomically and durably."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, durability: str = "full") -> None:
         self.directory = directory
+        self.durability = durability
         os.makedirs(directory, exist_ok=True)
 
     def get(self, record_id: str) -> bytes | None:
@@ -67,6 +77,10 @@ class DiskRecords:
             return None
 
     def put(self, record_id: str, body: bytes) -> None:
+        if self.durability == "no-fsync":  # the bug: nothing here is ever made durable
+            with open(os.path.join(self.directory, record_id), "wb") as record:
+                record.write(body)
+            return
         fd, temp_path = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
         try:
             with os.fdopen(fd, "wb") as temp:
@@ -78,6 +92,8 @@ class DiskRecords:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp_path)
             raise
+        if self.durability == "no-dirsync":  # the bug: the rename is never made durable
+            return
         # The rename itself is only durable once the directory entry is on disk.
         dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -118,7 +134,7 @@ RACE_WINDOW_S = 0.2
 class FlawedRecords:
     """Records with one deliberate flaw (a key of `FLAWS`) over real storage."""
 
-    def __init__(self, inner: DiskRecords | MemoryRecords, flaw: str) -> None:
+    def __init__(self, inner: Records, flaw: str) -> None:
         self.inner = inner
         self.flaw = flaw
         self._shared = b""
@@ -153,7 +169,46 @@ class FlawedRecords:
                         os.unlink(os.path.join(self.inner.directory, name))
 
 
-Records = DiskRecords | MemoryRecords | FlawedRecords
+class DelayedRecords:
+    """Acknowledge first, persist later: records wait in memory for `delay` seconds (a
+    background thread then stores them durably) and are all stored at `flush()`, which
+    SIGTERM calls. A SIGKILL loses whatever was still waiting."""
+
+    def __init__(self, disk: DiskRecords, delay: float) -> None:
+        self.disk = disk
+        self.delay = delay
+        self._pending: dict[str, tuple[float, bytes]] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._persist_forever, daemon=True).start()
+
+    def get(self, record_id: str) -> bytes | None:
+        with self._lock:
+            pending = self._pending.get(record_id)
+        return pending[1] if pending else self.disk.get(record_id)
+
+    def put(self, record_id: str, body: bytes) -> None:
+        with self._lock:
+            self._pending[record_id] = (time.monotonic(), body)
+
+    def _persist(self, older_than: float) -> None:
+        with self._lock:
+            due = [(rid, p) for rid, p in self._pending.items() if p[0] <= older_than]
+        for record_id, (stamp, body) in due:
+            self.disk.put(record_id, body)
+            with self._lock:
+                if self._pending.get(record_id, (None,))[0] == stamp:
+                    del self._pending[record_id]
+
+    def _persist_forever(self) -> None:
+        while True:
+            time.sleep(0.2)
+            self._persist(time.monotonic() - self.delay)
+
+    def flush(self) -> None:
+        self._persist(float("inf"))
+
+
+Records = DiskRecords | MemoryRecords | DelayedRecords | FlawedRecords
 
 
 class RecordsServer(ThreadingHTTPServer):
@@ -163,12 +218,50 @@ class RecordsServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(
-        self, address: tuple[str, int], *, records: Records, health_body: bytes, max_body: int
+        self,
+        address: tuple[str, int],
+        *,
+        records: Records,
+        health_body: bytes,
+        max_body: int,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.records = records
         self.health_body = health_body
         self.max_body = max_body
+        self.headers = headers
         super().__init__(address, RecordsHandler)
+
+
+class RedirectServer(ThreadingHTTPServer):
+    """Plain HTTP answering every request with a permanent redirect to https."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], *, server_name: str) -> None:
+        self.server_name_for_redirect = server_name
+        super().__init__(address, RedirectHandler)
+
+
+class RedirectHandler(BaseHTTPRequestHandler):
+    """301 to `https://NAME/the same path`."""
+
+    protocol_version = "HTTP/1.1"
+    server: RedirectServer
+
+    def _redirect(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.send_response(301)
+        self.send_header("Location", f"https://{self.server.server_name_for_redirect}{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _redirect
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
 
 
 class RecordsHandler(BaseHTTPRequestHandler):
@@ -189,6 +282,8 @@ class RecordsHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in self.server.headers:
+            self.send_header(name, value)
         self.end_headers()
         if send_body:
             self.wfile.write(body)
@@ -288,22 +383,81 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--storage", help="directory holding one file per record")
     where.add_argument("--in-memory", action="store_true", help="keep records in memory only")
+    parser.add_argument(
+        "--durability",
+        default="full",
+        choices=["full", "no-fsync", "no-dirsync", "ack-before-write"],
+    )
+    parser.add_argument("--persist-delay", type=float, default=5.0)
     parser.add_argument("--health-body", default="ready")
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY)
     parser.add_argument("--flaw", choices=sorted(FLAWS))
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM chain)")
+    parser.add_argument("--tls-key", help="the certificate's key (PEM)")
+    parser.add_argument("--tls-min", choices=("1.0", "1.2"), default="1.2")
+    parser.add_argument("--hsts", action="store_true", help="send Strict-Transport-Security")
+    parser.add_argument("--plain-port", type=int, help="also listen for plain HTTP here")
+    parser.add_argument("--plain-mode", choices=("redirect", "serve"), default="redirect")
+    parser.add_argument("--server-name", default="localhost", help="the name redirects go to")
     return parser.parse_args(argv)
+
+
+def tls_context(cert: str, key: str, minimum: str) -> ssl.SSLContext:
+    """The server's TLS settings; `minimum` "1.0" deliberately accepts TLS 1.0 (a flaw)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if minimum == "1.0":
+        context.minimum_version = ssl.TLSVersion.TLSv1
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    else:
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    inner = MemoryRecords() if args.in_memory else DiskRecords(args.storage)
+    inner: Records
+    if args.in_memory:
+        inner = MemoryRecords()
+    elif args.durability == "ack-before-write":
+        inner = DelayedRecords(DiskRecords(args.storage), args.persist_delay)
+    else:
+        inner = DiskRecords(args.storage, durability=args.durability)
     records: Records = FlawedRecords(inner, args.flaw) if args.flaw else inner
+    if isinstance(inner, DelayedRecords):
+        delayed = inner
+
+        def stop(_signum: int, _frame: object) -> None:
+            delayed.flush()  # a clean stop keeps every acknowledged record
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, stop)
+    headers = (("Strict-Transport-Security", "max-age=31536000"),) if args.hsts else ()
     server = RecordsServer(
         (args.bind, args.port),
         records=records,
         health_body=args.health_body.encode(),
         max_body=args.max_body,
+        headers=headers,
     )
+    if args.tls_cert:
+        context = tls_context(args.tls_cert, args.tls_key, args.tls_min)
+        # The handshake happens in the request's thread, not in accept().
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    if args.plain_port:
+        plain: ThreadingHTTPServer
+        if args.plain_mode == "redirect":
+            plain = RedirectServer((args.bind, args.plain_port), server_name=args.server_name)
+        else:
+            plain = RecordsServer(
+                (args.bind, args.plain_port),
+                records=records,
+                health_body=args.health_body.encode(),
+                max_body=args.max_body,
+            )
+        threading.Thread(target=plain.serve_forever, daemon=True).start()
     server.serve_forever()
 
 

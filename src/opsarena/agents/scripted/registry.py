@@ -5,6 +5,10 @@ from __future__ import annotations
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedRootBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
     IdleBuilder,
     IgnoreIdsBuilder,
     InMemoryBuilder,
@@ -16,10 +20,15 @@ from opsarena.agents.scripted.builders import (
     ScriptedBuilder,
     SizeLimitedBuilder,
     SlowStartBuilder,
+    TlsLegacyBuilder,
+    TlsNoHstsBuilder,
+    TlsNoRedirectBuilder,
+    TlsSelfSignedBuilder,
     VolatileBuilder,
     WebdavBuilder,
     WrongHealthBuilder,
 )
+from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
 from opsarena.agents.scripted.incident import (
     RepairCollateralBuilder,
     RepairTransientBuilder,
@@ -27,29 +36,36 @@ from opsarena.agents.scripted.incident import (
 )
 from opsarena.errors import UnknownBuilderError
 
-_BUILDERS: dict[str, type[ScriptedBuilder]] = {
-    builder.name: builder
-    for builder in (
-        ReferenceBuilder,
-        WebdavBuilder,
-        InMemoryBuilder,
-        VolatileBuilder,
-        NotEnabledBuilder,
-        WrongHealthBuilder,
-        IdleBuilder,
-        IgnoreIdsBuilder,
-        NewestOnlyBuilder,
-        BinaryUnsafeBuilder,
-        SizeLimitedBuilder,
-        FoundForMissingBuilder,
-        NoOverwriteBuilder,
-        RacyBuilder,
-        SlowStartBuilder,
-        RepairWipeBuilder,
-        RepairTransientBuilder,
-        RepairCollateralBuilder,
-    )
-}
+_ALL: tuple[type[ScriptedBuilder], ...] = (
+    ReferenceBuilder,
+    WebdavBuilder,
+    InMemoryBuilder,
+    VolatileBuilder,
+    NotEnabledBuilder,
+    WrongHealthBuilder,
+    IdleBuilder,
+    IgnoreIdsBuilder,
+    NewestOnlyBuilder,
+    BinaryUnsafeBuilder,
+    SizeLimitedBuilder,
+    FoundForMissingBuilder,
+    NoOverwriteBuilder,
+    RacyBuilder,
+    SlowStartBuilder,
+    *DURABILITY_BUILDERS,
+    TlsSelfSignedBuilder,
+    TlsLegacyBuilder,
+    TlsNoRedirectBuilder,
+    TlsNoHstsBuilder,
+    HardenedRootBuilder,
+    HardenedPlantedLeftBuilder,
+    HardenedStoppedOnlyBuilder,
+    HardenedWritableBuilder,
+    RepairWipeBuilder,
+    RepairTransientBuilder,
+    RepairCollateralBuilder,
+)
+_BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
 
 def scripted_names() -> list[str]:

@@ -3,14 +3,18 @@
 The referee is reached through two adapter functions only, `preflight_host` and
 `judge_host`, built on the public `opsarena.referee.Referee`; everything after them
 (`score_of`) is pure. After the agent submits, `judge_host` runs the challenge's whole
-milestone chain with its faults (unit restart, host reboot) until the territory is
-durable or a milestone settles as failed. The seed that derives the record ids and
+milestone chain with its faults (unit restart, host reboot) at the referee's cadence, with
+the match's settle window: judging goes on until the territory is durable, or until
+`settle_s` seconds pass with no new milestone (each pass restarts the window), so a
+slow-starting but correct service gets its verdict. The seed that derives the record ids and
 values is drawn when scoring starts, so nothing the agent saw could predict them; it
 is revealed in the score's metadata afterwards for audit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +33,8 @@ from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment
 from opsarena.referee import Referee
 
 TERRITORY = "default"
+SETTLE_POLL_S = 0.1
+"""How often the settle watcher looks at the referee's progress."""
 
 
 @dataclass(frozen=True)
@@ -72,11 +78,14 @@ async def preflight_host(challenge: Challenge, host: Host) -> None:
         raise PreflightError(result.detail)
 
 
-async def judge_host(challenge: Challenge, host: Host, *, seed: bytes) -> Judgement:
+async def judge_host(
+    challenge: Challenge, host: Host, *, seed: bytes, settle_s: float | None = None
+) -> Judgement:
     """Judge `host` against `challenge` with `seed`: the whole milestone chain, with its
-    faults, until durable or settled (a milestone failed, or kept failing for the
-    referee's own reasons past its retries). The one call into the referee; re-point it
-    here when the referee's API changes."""
+    faults, at the referee's cadence, until durable or until `settle_s` (default: the
+    challenge's) passes with no new milestone — the settle window a match gives a
+    competitor whose agent has ended. The one call into the referee; re-point it here
+    when the referee's API changes."""
     events: list[dict[str, Any]] = []
     started = time.monotonic()
 
@@ -90,7 +99,7 @@ async def judge_host(challenge: Challenge, host: Host, *, seed: bytes) -> Judgem
         clock=lambda: int((time.monotonic() - started) * 1000),
     )
     referee.add_territory(TERRITORY, host)
-    await referee.verify(TERRITORY)
+    await _judge_until_settled(referee, challenge.settle_s if settle_s is None else settle_s)
     outcomes = []
     for milestone in challenge.milestones:
         state = referee.milestone_state(TERRITORY, milestone.id)
@@ -119,6 +128,34 @@ async def judge_host(challenge: Challenge, host: Host, *, seed: bytes) -> Judgem
         seed_hex=seed.hex(),
         events=events,
     )
+
+
+async def _judge_until_settled(referee: Referee, window: float) -> None:
+    """Run the referee on the one territory until it is durable, or until `window` s pass
+    without a new milestone; an attempt in flight at the deadline runs to its end."""
+    running = asyncio.create_task(referee.run())
+
+    def passed() -> int:
+        return sum(
+            referee.milestone_state(TERRITORY, m.id).passed for m in referee.challenge.milestones
+        )
+
+    try:
+        count, deadline = passed(), time.monotonic() + window
+        while not running.done() and not referee.is_durable(TERRITORY):
+            if passed() > count:
+                count, deadline = passed(), time.monotonic() + window
+            if time.monotonic() >= deadline:
+                if await referee.stop_judging(TERRITORY, unless_passed_beyond=count):
+                    break
+                continue  # the attempt in flight passed a milestone: a new window
+            await asyncio.sleep(min(SETTLE_POLL_S, max(0.0, deadline - time.monotonic())))
+        if running.done():
+            running.result()  # a bug in the referee is raised, not scored
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
 
 
 async def _discard(kind: str, data: dict[str, Any]) -> None:
@@ -222,13 +259,16 @@ def preflight(challenge: str) -> Solver:
 
 
 @scorer(metrics=[mean(), stderr()])
-def referee(challenge: str) -> Scorer:
+def referee(challenge: str, settle_s: float | None = None) -> Scorer:
     """Score the sample's opsarena host with the referee of `challenge` (a built-in
-    name or a path), from outside the host, after the agent has finished."""
+    name or a path), from outside the host, after the agent has finished; `settle_s`
+    replaces the challenge's settle window."""
     loaded = find_challenge(challenge)
 
     async def score(state: TaskState, target: Target) -> Score:
-        judgement = await judge_host(loaded, _host(), seed=secrets.token_bytes(32))
+        judgement = await judge_host(
+            loaded, _host(), seed=secrets.token_bytes(32), settle_s=settle_s
+        )
         answer = state.output.completion if state.output else None
         return score_of(judgement, _sample_usage(), answer)
 

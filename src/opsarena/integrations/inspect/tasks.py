@@ -41,18 +41,19 @@ def default_agent(bash_timeout: int = BASH_TIMEOUT_S) -> Solver:
     )
 
 
-def sample_input(brief: str, total_points: int) -> str:
+def sample_input(brief: str, total_points: int, settle_s: float) -> str:
     """The challenge's brief, plus when the judging happens here: in a match the
-    referee judges while the competitor works; in an Inspect sample it judges once,
-    after the agent submits. Pure."""
+    referee judges while the competitor works; in an Inspect sample it starts after the
+    agent submits, and goes on for the settle window. Pure."""
     return (
         f"{brief.strip()}\n\n"
         "WHEN YOU ARE JUDGED HERE\n"
-        "In this evaluation the referee judges your host once, after you call submit(): "
-        "it runs every milestone in order, with the unit restart and the host reboot, "
-        f"and your score is the points you earn then (out of {total_points}). Nothing is "
-        "checked before you submit and you get no feedback, so test your service yourself "
-        "first."
+        "In this evaluation the referee judges your host after you call submit(): it runs "
+        "every milestone in order, with the unit restart and the host reboot, retrying a "
+        f"failed milestone at its cadence for up to {settle_s:g} s after the last milestone "
+        f"passed, and your score is the points you earn then (out of {total_points}). "
+        "Nothing is checked before you submit and you get no feedback, so test your "
+        "service yourself first."
     )
 
 
@@ -63,22 +64,28 @@ def challenge_task(
     message_limit: int = DEFAULT_MESSAGE_LIMIT,
     image: str | None = None,
     match_prefix: str = MATCH_PREFIX,
+    settle_s: float | None = None,
 ) -> Task:
     """The task of `challenge` (a built-in name or a challenge file's path). `image`
-    replaces the challenge's host image; `match_prefix` starts the hosts' match ids."""
+    replaces the challenge's host image; `match_prefix` starts the hosts' match ids;
+    `settle_s` replaces the challenge's settle window."""
     loaded = find_challenge(challenge)
     config = OpsarenaSandboxConfig(challenge=challenge, image=image, match_prefix=match_prefix)
     return Task(
         dataset=[
             Sample(
                 id=loaded.name,
-                input=sample_input(loaded.brief, loaded.total_points),
+                input=sample_input(
+                    loaded.brief,
+                    loaded.total_points,
+                    loaded.settle_s if settle_s is None else settle_s,
+                ),
                 metadata={"challenge": loaded.name, "title": loaded.title},
             )
         ],
         setup=preflight(challenge),
         solver=solver or default_agent(),
-        scorer=referee(challenge),
+        scorer=referee(challenge, settle_s),
         sandbox=SandboxEnvironmentSpec("opsarena", config),
         time_limit=loaded.time_limit_s,
         message_limit=message_limit,
@@ -90,9 +97,14 @@ def _register(challenge: str) -> Callable[..., Task]:
         message_limit: int = DEFAULT_MESSAGE_LIMIT,
         image: str | None = None,
         match_prefix: str = MATCH_PREFIX,
+        settle_s: float | None = None,
     ) -> Task:
         return challenge_task(
-            challenge, message_limit=message_limit, image=image, match_prefix=match_prefix
+            challenge,
+            message_limit=message_limit,
+            image=image,
+            match_prefix=match_prefix,
+            settle_s=settle_s,
         )
 
     name = task_name(challenge)

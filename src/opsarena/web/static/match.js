@@ -133,7 +133,20 @@ function renderRecord(record) {
       : (record.finish_reason ? "none" : "not yet")),
     el("span", { id: "finish-reason" }, "finish: ", el("b", {}, record.finish_reason || "not yet")),
     el("span", { class: "dim" }, `${record.last_sequence} events, ` +
-      `${record.infrastructure_failures} infrastructure failures, seed ${record.seed}`),
+      `${record.infrastructure_failures} infrastructure failures, `,
+      // The seed stays secret while the match runs: only its commitment is public then.
+      record.seed
+        ? el("span", { id: "seed" }, `seed ${record.seed}`)
+        : el("span", { id: "seed", title: "SHA-256 commitment; the seed is revealed at the close" },
+          `seed commitment ${record.seed_commitment || "-"}`)),
+    (record.log_quarantined || []).length
+      ? el("span", { class: "fail", id: "tampered" },
+        `forged log rows set aside: ${record.log_quarantined.join("; ")}`)
+      : null,
+    (record.log_altered || []).length
+      ? el("span", { class: "fail", id: "altered" },
+        `events altered behind the arena's back: seq ${record.log_altered.join(", ")}`)
+      : null,
   );
   document.getElementById("cards").replaceChildren(
     ...Object.entries(record.territories).map(([name, t]) => card(name, t, record)));
@@ -164,7 +177,10 @@ function describe(event) {
     case "competitor_done": return ["", `${d.territory} declared done${d.by ? " by " + d.by : ""}`];
     case "final_verification": return ["", `${d.territory}: final verification, ${d.changed ? "changed" : "unchanged"}`];
     case "match_finished": return ["match", `finished: ${d.finish_reason}, winner ${d.winner || "none"}`];
-    case "match_closed": return ["match", "match closed: the record is final"];
+    case "match_closed": return ["match", "match closed: the record is final" + (d.seed ? `, seed ${d.seed} revealed` : "")];
+    case "log_tampered": return ["fail", d.kind === "altered"
+      ? `events altered behind the arena's back: seq ${(d.seqs || []).join(", ")}`
+      : `forged log rows set aside: ${d.rows} from seq ${d.first_seq}`];
     default: return null; // attempts in flight, usage, output: the cards and transcripts show them
   }
 }

@@ -1,0 +1,133 @@
+"""The per-competitor cap on concurrent host operations: what an agent's `Host` handle is.
+
+Every agent kind (scripted, command, llm, human) acts on its host only through the
+handle the controller gives it in `AgentContext.host`; the controller wraps the real
+host in a `ThrottledHost`. At most `limit` (default `DEFAULT_CONCURRENCY`) of the
+competitor's execs, file transfers, restarts and reboots run at once; the next one
+waits for a slot, inside this competitor's own queue, so a competitor that fires 16
+execs at once only queues behind itself. The referee never uses this handle: its
+probes and faults are not counted against (nor slowed by) the competitor's cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opsarena.hosts import (
+    DEFAULT_FILE_LIMIT,
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    Host,
+    Proc,
+    ServiceRestart,
+)
+
+DEFAULT_CONCURRENCY = 2
+"""Host operations one competitor may have in flight at once (see docs/AGENTS.md)."""
+
+
+class ThrottledHost(Host):
+    """`host`, with at most `limit` of its podman-bound operations in flight at once.
+    `in_flight` and `peak` say how many run now and at most so far (for tests and bench)."""
+
+    def __init__(self, host: Host, limit: int = DEFAULT_CONCURRENCY) -> None:
+        if limit < 1:
+            raise ValueError(f"a concurrency cap must be at least 1, not {limit}")
+        self.inner = host
+        self.name = host.name
+        self.territory = host.territory
+        self.match_id = host.match_id
+        self.limit = limit
+        self._slots = asyncio.Semaphore(limit)
+        self.in_flight = 0
+        self.peak = 0
+
+    @property
+    def boots(self) -> int:
+        return self.inner.boots
+
+    async def _enter(self) -> None:
+        await self._slots.acquire()
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def _leave(self) -> None:
+        self.in_flight -= 1
+        self._slots.release()
+
+    async def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        user: str | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        await self._enter()
+        try:
+            return await self.inner.exec(
+                cmd, timeout=timeout, input=input, user=user, output_limit=output_limit
+            )
+        finally:
+            self._leave()
+
+    async def read_file(self, path: str, *, limit: int = DEFAULT_FILE_LIMIT) -> bytes:
+        await self._enter()
+        try:
+            return await self.inner.read_file(path, limit=limit)
+        finally:
+            self._leave()
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        await self._enter()
+        try:
+            await self.inner.write_file(path, data, mode=mode)
+        finally:
+            self._leave()
+
+    async def restart_service(self, unit: str, *, timeout: float = 30.0) -> ServiceRestart:
+        await self._enter()
+        try:
+            return await self.inner.restart_service(unit, timeout=timeout)
+        finally:
+            self._leave()
+
+    @property
+    def last_restart(self) -> ServiceRestart | None:
+        return self.inner.last_restart
+
+    @last_restart.setter
+    def last_restart(self, value: ServiceRestart | None) -> None:
+        self.inner.last_restart = value
+
+    async def unit_members(self, unit: str) -> list[Proc]:
+        return await self.inner.unit_members(unit)
+
+    async def port_owners(self, port: int) -> list[Proc]:
+        return await self.inner.port_owners(port)
+
+    @property
+    def init_process(self) -> Proc | None:
+        return self.inner.init_process
+
+    async def reboot(self, *, hard: bool = False, timeout: float = 60.0) -> None:
+        await self._enter()
+        try:
+            await self.inner.reboot(hard=hard, timeout=timeout)
+        finally:
+            self._leave()
+
+    async def wait_ready(self, timeout: float) -> str:
+        return await self.inner.wait_ready(timeout)
+
+    async def disk_usage(self) -> int:
+        return await self.inner.disk_usage()
+
+    async def freeze_disk(self) -> None:
+        await self.inner.freeze_disk()
+
+    async def connect(
+        self, port: int, *, timeout: float = 5.0
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await self.inner.connect(port, timeout=timeout)

@@ -1,0 +1,249 @@
+"""Facts about a host read from the arena's side of the kernel: its processes and their
+start times, a cgroup's members, the owners of a listening socket, its root mount's
+flags; and killing a process from outside by pidfd.
+
+Everything here reads the arena's own `/proc` and cgroupfs, where pids are this
+machine's numbers and nothing the host runs or prints is consulted. A competitor that
+is root in its host can rename, re-exec or move its processes between its own
+cgroups, but cannot make a process older than it is, hide one from the arena's
+`/proc`, or hold a socket without an fd the arena can see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+TCP_LISTEN = "0A"
+"""The `st` column of /proc/net/tcp for a socket in LISTEN state."""
+
+
+@dataclass(frozen=True, order=True)
+class Proc:
+    """One process: `pid` as this machine numbers it and its start time (clock ticks
+    since boot). The pair names a process for good: a reused pid has another start."""
+
+    pid: int
+    start: int
+    inner: int = field(default=0, compare=False)
+    """The pid inside the host's own PID namespace (what the competitor sees)."""
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of `pid` (field 22 of /proc/PID/stat), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
+
+
+def now_ticks() -> int:
+    """The current time in the unit of `Proc.start` (clock ticks since boot), so that a
+    process started after this moment has a start time at or above it."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def alive(proc: Proc) -> bool:
+    """Whether `proc` (this very process, not a reuse of its pid) still runs. A zombie
+    counts as gone: it holds no socket and runs nothing."""
+    if start_time(proc.pid) != proc.start:
+        return False
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def host_processes(init_pid: int) -> list[Proc]:
+    """Every process in the PID namespace of `init_pid`, init included."""
+    namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
+                continue
+            start = start_time(int(entry))
+            if start is not None:
+                found.append(Proc(int(entry), start, host_pid(int(entry)) or 0))
+    return sorted(found)
+
+
+def host_pid(pid: int) -> int | None:
+    """The pid of machine pid `pid` inside its own (innermost) PID namespace."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except OSError:
+        return None
+    return None
+
+
+def machine_pid(init_pid: int, inner: int) -> int | None:
+    """The machine pid of the process numbered `inner` in the host of `init_pid`."""
+    for proc in host_processes(init_pid):
+        if host_pid(proc.pid) == inner:
+            return proc.pid
+    return None
+
+
+def systemd_cgroup(pid: int) -> str:
+    """The path of `pid` in the named `systemd` hierarchy (v1) or the unified one (v2),
+    as this machine sees it (e.g. `/libpod_parent/libpod-ID/init.scope`)."""
+    unified = ""
+    with open(f"/proc/{pid}/cgroup") as cgroup:
+        for line in cgroup:
+            number, controllers, path = line.rstrip("\n").split(":", 2)
+            if controllers == "name=systemd":
+                return path
+            if number == "0":
+                unified = path
+    return unified
+
+
+def cgroup_dir(relative: str) -> str:
+    """The directory of cgroup `relative` in the arena's cgroupfs (the named systemd
+    hierarchy on v1/hybrid machines, the unified one on v2)."""
+    base = f"{CGROUP_ROOT}/systemd"
+    if not os.path.exists(f"{base}/cgroup.procs"):
+        base = CGROUP_ROOT if os.path.exists(f"{CGROUP_ROOT}/cgroup.procs") else base
+    return base + relative
+
+
+def container_cgroup(init_pid: int) -> str:
+    """The cgroup the host's whole tree lives in: its init's cgroup without the
+    `init.scope` that systemd puts itself into."""
+    path = systemd_cgroup(init_pid)
+    return path.removesuffix("/init.scope") if path.endswith("/init.scope") else path
+
+
+def cgroup_members(relative: str, namespace_of: int) -> list[Proc]:
+    """Processes of the PID namespace of `namespace_of` in cgroup `relative` or any
+    cgroup below it. Processes of other namespaces (another host that wrote itself into
+    this cgroup) are not members; a cgroup that does not exist has none."""
+    namespace = os.readlink(f"/proc/{namespace_of}/ns/pid")
+    top = cgroup_dir(relative)
+    pids: set[int] = set()
+    for directory, _dirs, files in os.walk(top, followlinks=False):
+        if "cgroup.procs" not in files:
+            continue
+        with contextlib.suppress(OSError), open(f"{directory}/cgroup.procs") as procs:
+            pids.update(int(line) for line in procs if line.strip())
+    members = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/ns/pid") != namespace:
+                continue
+            start = start_time(pid)
+            if start is not None:
+                members.append(Proc(pid, start, host_pid(pid) or 0))
+    return sorted(members)
+
+
+def listening_inodes(init_pid: int, port: int) -> set[int]:
+    """Inodes of the TCP sockets listening on `port` (any address, IPv4 or IPv6) in the
+    network namespace of `init_pid`."""
+    inodes: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{init_pid}/net/{table}") as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) < 10 or fields[3] != TCP_LISTEN:
+                    continue
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(int(fields[9]))
+    return inodes
+
+
+def socket_owners(processes: list[Proc], inodes: set[int]) -> list[Proc]:
+    """The processes among `processes` holding an fd on one of the socket `inodes`."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    owners = []
+    for proc in processes:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{proc.pid}/fd/{fd}") in wanted:
+                        owners.append(proc)
+                        break
+    return owners
+
+
+def port_owners(init_pid: int, port: int) -> list[Proc]:
+    """The host's processes holding a socket that listens on `port`; empty when nothing
+    listens."""
+    inodes = listening_inodes(init_pid, port)
+    if not inodes:
+        return []
+    owners = socket_owners(host_processes(init_pid), inodes)
+    return [proc for proc in owners if alive(proc)]
+
+
+def kill(procs: list[Proc], *, wait: float = 2.0) -> list[Proc]:
+    """SIGKILL each of `procs` through a pidfd (so a reused pid is never hit) and wait up
+    to `wait` seconds for each to exit; return those that were alive and got the signal."""
+    killed = []
+    for proc in procs:
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if start_time(proc.pid) != proc.start:  # the pid now names another process
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                killed.append(proc)
+            # A pidfd polls readable once its process has exited.
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(int(wait * 1000))
+        finally:
+            os.close(pidfd)
+    return killed
+
+
+def root_mount_read_only(init_pid: int) -> bool:
+    """Whether the host's `/` is read-only as its processes see it: the topmost mount at
+    `/` in its mount namespace has `ro` in its mount or superblock options."""
+    flags = None
+    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if fields[4] != "/":
+                continue
+            separator = fields.index("-")
+            mount_options = fields[5].split(",")
+            super_options = fields[separator + 3].split(",") if len(fields) > separator + 3 else []
+            flags = "ro" in mount_options or "ro" in super_options
+    return bool(flags)
+
+
+def writable_binds(init_pid: int) -> list[str]:
+    """Mount points in the host that are read-write bind mounts of a file or directory of
+    the machine's own disk (the same device as the machine's `/`), i.e. writes there
+    land outside the host's measured layer."""
+    machine_dev = os.stat("/").st_dev
+    major, minor = os.major(machine_dev), os.minor(machine_dev)
+    found = []
+    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if fields[2] != f"{major}:{minor}" or fields[4] == "/":
+                continue
+            if "rw" in fields[5].split(","):
+                found.append(fields[4])
+    return found

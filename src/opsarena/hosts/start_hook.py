@@ -1,0 +1,92 @@
+"""An OCI `createRuntime` hook of the arena's own: sets a host's per-host kernel limits
+and hands it its systemd cgroup, before its init runs.
+
+Kernel limits: per-user limits such as inotify instances are counted in each user
+namespace and again for the namespace's owner in the parent namespace, and podman
+(as root) owns every host's namespace; so a host's own limit is what keeps it from
+spending the machine root's budget. This hook enters the host's new user namespace and
+sets `LIMITS` there (the host's root has no CAP_SYS_RESOURCE to raise them again).
+
+Cgroup: on a cgroup v1/hybrid machine, runc creates a host's directory in the named `systemd`
+hierarchy owned by the machine's root; a host in a user namespace of its own then
+cannot create its units' cgroups there and its systemd refuses to boot. This hook,
+run by podman (as the arena's user) every time a host starts, gives that one
+directory and what is in it to the uid and gid that are root inside the host, so its
+systemd manages its own subtree and nothing above it.
+
+Run as `python -I -S start_hook.py` with the OCI state on stdin; imports only the
+standard library and executes nothing from the host.
+"""
+
+import ctypes
+import json
+import os
+import sys
+
+HIERARCHY = "/sys/fs/cgroup/systemd"
+CLONE_NEWUSER = 0x10000000
+LIMITS = {
+    "/proc/sys/user/max_inotify_instances": 64,
+    "/proc/sys/user/max_inotify_watches": 65536,
+}
+"""Per-host limits, set in the host's own user namespace (ample for any service)."""
+
+
+def _root_of(pid: int, name: str) -> int:
+    with open(f"/proc/{pid}/{name}") as mapping:
+        for line in mapping:
+            inside, outside, _count = (int(part) for part in line.split())
+            if inside == 0:
+                return outside
+    raise SystemExit(f"root of pid {pid} is not mapped in its {name}")
+
+
+def set_limits(pid: int) -> None:
+    """Enter the user namespace of `pid` (this program is single-threaded, as setns
+    requires) and write `LIMITS` there: sysctls of that namespace, not the machine's."""
+    if os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
+        return  # the host shares the machine's user namespace: nothing of its own to set
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWUSER) != 0:
+        error = os.strerror(ctypes.get_errno())
+        raise SystemExit(f"setns into the user namespace of {pid}: {error}")
+    for path, value in LIMITS.items():
+        if os.path.exists(path):
+            with open(path, "w") as limit:
+                limit.write(str(value))
+
+
+def main() -> None:
+    state = json.load(sys.stdin)
+    pid = int(state["pid"])
+    hand_over_cgroup(pid)
+    set_limits(pid)  # last: after it this program's credentials are the host's
+
+
+def hand_over_cgroup(pid: int) -> None:
+    if not os.path.exists(f"{HIERARCHY}/cgroup.procs"):
+        return  # cgroup v2: podman delegates the host's cgroup itself
+    path = ""
+    with open(f"/proc/{pid}/cgroup") as cgroup:
+        for line in cgroup:
+            _number, controllers, where = line.rstrip("\n").split(":", 2)
+            if controllers == "name=systemd":
+                path = where
+    parts = [part for part in path.split("/") if part]
+    if not parts or any(part in (".", "..") for part in parts):
+        raise SystemExit(f"pid {pid} has no cgroup of its own in {HIERARCHY} ({path!r})")
+    uid, gid = _root_of(pid, "uid_map"), _root_of(pid, "gid_map")
+    if uid == 0:
+        return  # the host shares the machine's user namespace: nothing to hand over
+    top = HIERARCHY + "/" + "/".join(parts)
+    for directory, dirs, files in os.walk(top, followlinks=False):
+        os.chown(directory, uid, gid, follow_symlinks=False)
+        for name in files:
+            if name != "release_agent":
+                os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
+        dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(directory, name))]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Competitor text is untrusted HTML: the page and the API show it as text, never run it.
+
+A running match whose every competitor-controlled string is hostile (the territory and
+agent names a competitors file gives, agent output, transcript entries, failure details)
+is served over real HTTP and opened in a real browser (Debian's chromium via Playwright).
+The page must show the strings literally and run none of them, and the running match's
+seed must not be on the page or in the API (its commitment is).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opsarena.match.commitment import seed_commitment
+from opsarena.store import SqliteEventStore
+from opsarena.web import ScoreboardServer
+from tests.match.test_fold import Plan, simulate
+from tests.web.test_browser import _chromium
+
+SCRIPT = "<script>window.__pwned = 'script'</script>"
+IMG = "<img src=x onerror=\"window.__pwned='img'\">"
+HOSTILE = f"{SCRIPT}{IMG}</pre></div><b>bold</b>"
+TERRITORY = f"t{IMG}"
+SEED = bytes.fromhex("5eed" * 8)
+NONCE = bytes(16)
+MATCH = "hostile1"
+
+
+def hostile_log() -> list[dict[str, Any]]:
+    events = simulate(MATCH, {TERRITORY: Plan(passes=1), "ref": Plan(passes=2)})
+    cut = next(i for i, e in enumerate(events) if e["type"] == "match_finished")
+    events = events[:cut]  # still running: the seed must stay hidden
+    created = events[0]["data"]
+    del created["seed"]
+    created["seed_commitment"] = seed_commitment(MATCH, NONCE, SEED)
+    for event in events:
+        data = event["data"]
+        if event["type"] == "agent_output":
+            data["text"] = HOSTILE
+        if data.get("failure_detail"):
+            data["failure_detail"] = HOSTILE
+        if data.get("failure_reason"):
+            data["failure_reason"] = HOSTILE
+    agent = f"{TERRITORY}-agent"
+    entry = {"kind": "exec", "command": HOSTILE, "exit_code": 0, "stdout": HOSTILE}
+    events.append({**events[-1], "seq": len(events) + 1, "type": "agent_transcript",
+                   "data": {"agent": agent, "entry": entry}})  # fmt: skip
+    tampered = {"first_seq": 9, "rows": 10, "detail": HOSTILE, "kind": "quarantined"}
+    events.append({**events[-1], "seq": len(events) + 1, "type": "log_tampered",
+                   "data": tampered})  # fmt: skip
+    return events
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    db = tmp_path / "hostile.db"
+    with SqliteEventStore(db) as store:
+        for event in hostile_log():
+            store.append_blocking(
+                event["match_id"], event["type"], event["data"], event["t_ms"], wall=event["wall"]
+            )
+    server = ScoreboardServer(db, port=0)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def test_the_api_serves_competitor_text_as_json_and_the_commitment_not_the_seed(
+    served: str,
+) -> None:
+    with urllib.request.urlopen(f"{served}/api/matches/{MATCH}", timeout=10) as answer:
+        assert answer.headers["content-type"] == "application/json"
+        body = answer.read().decode()
+    record = json.loads(body)
+    assert record["match_state"] == "running" and TERRITORY in record["territories"]
+    assert record["seed"] is None
+    assert record["seed_commitment"] == seed_commitment(MATCH, NONCE, SEED)
+    with urllib.request.urlopen(f"{served}/api/matches/{MATCH}/events", timeout=10) as answer:
+        events = answer.read().decode()
+    assert SEED.hex() not in body + events
+    assert HOSTILE in {e["data"].get("text") for e in json.loads(events)}
+
+
+def test_the_page_shows_hostile_text_literally_and_runs_none_of_it(served: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    executable = _chromium()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(executable))
+        page = browser.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+        page.goto(f"{served}/matches/{MATCH}")
+        expect(page.locator("#match-state")).to_have_text("running", timeout=30_000)
+        transcript = page.locator(".transcript .entry")
+        expect(transcript.last).to_contain_text("window.__pwned", timeout=30_000)
+        text = page.locator("body").inner_text()
+        assert SCRIPT in text and IMG in text and TERRITORY in text
+        assert page.evaluate("window.__pwned") is None and dialogs == []
+        # Nothing from the match became markup: no image, no inline script, not its <b>.
+        assert page.evaluate("document.querySelectorAll('img, script:not([src])').length") == 0
+        bold = "[...document.querySelectorAll('b')].filter(b => b.textContent === 'bold').length"
+        assert page.evaluate(bold) == 0
+        expect(page.locator("#tampered")).to_have_text("forged log rows set aside: seq 9: 10 rows")
+        seed_line = page.locator("#seed").inner_text()
+        assert seed_commitment(MATCH, NONCE, SEED) in seed_line
+        assert SEED.hex() not in page.content()
+        browser.close()
