@@ -28,6 +28,9 @@ challenge's name and brief variables from `params`); their flawed builders
 hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
 `deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
 docs/CHALLENGES.md.
+`incident-repair`'s `reference` and its flawed builders (repair-wipe, repair-transient,
+repair-collateral) are in `scripted/incident.py`; its `reference` runs through
+`CHALLENGE_VARIANTS`.
 
 The flawed ones (ignore-ids ... racy) run the same durable server with one `--flaw`
 (`records_server.FLAWS`); `slow-start` is `reference` whose unit sleeps 6 s before the
