@@ -31,7 +31,7 @@ CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
     # tls-gateway's, hardened-service's and incident-repair's (tests/challenges/).
-    "repair-wipe", "repair-transient", "repair-collateral",
+    "repair-wipe", "repair-transient", "repair-collateral", "repair-standin",
     "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
     "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
 )  # fmt: skip

@@ -27,6 +27,7 @@ MATRIX: dict[str, list[str]] = {
     "repair-wipe": [PASS, "seeded_record_lost"],
     "repair-transient": [PASS, PASS, PASS, "not_ready_after_fault"],
     "repair-collateral": [PASS, PASS, PASS, PASS, "collateral_damage"],
+    "repair-standin": [PASS, PASS, PASS, PASS, "collateral_damage"],
 }
 """builder -> the outcome of each milestone it reaches, in order (as for durable-records)."""
 
@@ -139,6 +140,7 @@ FLAWED_BREAKAGE = {
     "repair-wipe": "data-owner",
     "repair-transient": "port-held",
     "repair-collateral": "config-syntax",
+    "repair-standin": "program-moved",
 }
 """Each flawed builder on one breakage (the flaw does not depend on which). A builder
 doing nothing (`idle`) is the preflight of every host: see PREFLIGHT."""
@@ -162,3 +164,7 @@ async def test_flawed_repairs_fail_where_designed(
     seed = seed_for(challenge, FLAWED_BREAKAGE[builder])
     _, outcomes, log = await _judge(challenge, builder, seed, host_factory, match_id)
     assert outcomes == MATRIX[builder], [d["failure_detail"] for d in log.of("attempt_result")]
+    if builder == "repair-standin":
+        # The probe passed; the kernel showed whose the port is.
+        last = log.of("attempt_result")[-1]["failure_detail"]
+        assert "not in records-metrics.service" in last, last

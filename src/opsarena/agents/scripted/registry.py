@@ -31,6 +31,7 @@ from opsarena.agents.scripted.builders import (
 from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
 from opsarena.agents.scripted.incident import (
     RepairCollateralBuilder,
+    RepairStandInBuilder,
     RepairTransientBuilder,
     RepairWipeBuilder,
 )
@@ -64,6 +65,7 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     RepairWipeBuilder,
     RepairTransientBuilder,
     RepairCollateralBuilder,
+    RepairStandInBuilder,
 )
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 

@@ -9,8 +9,8 @@ faces the same one, a replay the same one). Checks, all by probes through
 - `seeded-records`: every seeded record reads back byte for byte (`seeded_record_lost`
   otherwise), a fresh record is written and read; the seeded ones join the ledger, so
   the restart and reboot milestones (the built-in durability checks) re-read them too.
-- `companions-running`: the metrics exporter still answers on its port
-  (`collateral_damage` otherwise).
+- `companions-running`: the metrics exporter still answers on its port, and the kernel
+  shows a process of its unit holding that port (`collateral_damage` otherwise).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from typing import Any
 
 from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.challenges.setup import Setup, register_setup
-from opsarena.errors import ChallengeError
+from opsarena.errors import ChallengeError, HostError
 from opsarena.hosts import Host
 from opsarena.referee.checks import (
     Decided,
     _decide,
+    error_verdict,
     pending_of,
     put_record,
     read_record,
@@ -36,7 +37,8 @@ from opsarena.referee.checks import (
     text_record,
     workload_seed,
 )
-from opsarena.referee.failures import Observation, body_summary, curl_line
+from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
+from opsarena.referee.ownership import judge_port_ownership
 from opsarena.referee.workload import Slot, slot_id, slot_value
 
 SETUP_NAME = "incident-repair"
@@ -50,6 +52,7 @@ CONFIG = "/etc/records/records.conf"
 LAUNCHER = "/usr/local/lib/records/records-launch"
 MOVED_LAUNCHER = "/usr/local/lib/records.old/records-launch"
 METRICS_PORT = 9100
+METRICS_UNIT = "records-metrics.service"
 METRICS_BODY = b"metrics ok"
 POLL_S = 0.2
 
@@ -174,12 +177,34 @@ def _lost(reason: str, observation: Observation) -> Decided:
     return Decided(Verdict.failed(reason, observation.render()))
 
 
+async def _owned_by_exporter(host: Host, port: int, step: str) -> None:
+    """Kernel facts read from the arena side: the socket listening on `port` is held by a
+    process of `METRICS_UNIT` (not by some other program answering the same words).
+    Raises `Decided`: `collateral_damage`, or the table's row for a host error."""
+    started = time.monotonic()
+    try:
+        owners = await host.port_owners(port)
+        members = await host.unit_members(METRICS_UNIT)
+    except HostError as exc:
+        elapsed = int((time.monotonic() - started) * 1000)
+        raise Decided(
+            error_verdict(
+                exc, Observation(step=step, elapsed_ms=elapsed, error=describe_error(exc))
+            )
+        ) from exc
+    problem = judge_port_ownership(port, METRICS_UNIT, owners, members, init=host.init_process)
+    if problem is not None:
+        elapsed = int((time.monotonic() - started) * 1000)
+        raise _lost("collateral_damage", Observation(step=step, elapsed_ms=elapsed, error=problem))
+
+
 @register_check("companions-running")
 async def check_companions_running(host: Host, ctx: CheckContext) -> Verdict:
     """The metrics exporter the host arrived with answers GET /health `metrics ok` on its
     port (milestone param `port`, default 9100), polled for up to the milestone's
-    `ready_budget_s` (it may still be starting after the reboot just before).
-    Evidence: metrics_port, ready_ms."""
+    `ready_budget_s` (it may still be starting after the reboot just before); then the
+    kernel, read from the arena side, must show the listening socket held by a process
+    of records-metrics.service (`judge_port_ownership`). Evidence: metrics_port, ready_ms."""
     port = ctx.milestone.param("port", METRICS_PORT)
     step = f"GET /health on the metrics exporter (port {port})"
     reproduce = shlex.join(["curl", "-sS", f"http://127.0.0.1:{port}/health"])
@@ -205,6 +230,7 @@ async def check_companions_running(host: Host, ctx: CheckContext) -> Verdict:
             else:
                 if response.status == 200 and response.body.strip() == METRICS_BODY:
                     ready_ms = int((time.monotonic() - started) * 1000)
+                    await _owned_by_exporter(host, port, step)
                     return {"metrics_port": port, "ready_ms": ready_ms, "attempt": ctx.attempt}
                 last = Observation(
                     step=step,
