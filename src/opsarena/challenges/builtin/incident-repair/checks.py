@@ -3,8 +3,8 @@
 The setup (`incident-repair`) deploys the records service of `files/` on each host,
 seeds it with records derived from the match seed, enables it and its metrics exporter,
 then breaks it in one of `BREAKAGES` (chosen from the seed: every territory of a match
-faces the same one, a replay the same one). Checks, all by probes through
-`Host.connect`:
+faces the same one, a replay the same one). Checks, by probes through `Host.connect`
+and kernel facts read from the arena side:
 
 - `seeded-records`: every seeded record reads back byte for byte (`seeded_record_lost`
   otherwise), a fresh record is written and read; the seeded ones join the ledger, so
@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import shlex
 import time
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +29,6 @@ from opsarena.errors import ChallengeError, HostError
 from opsarena.hosts import Host
 from opsarena.referee.checks import (
     Decided,
-    _decide,
     error_verdict,
     pending_of,
     put_record,
@@ -171,6 +171,13 @@ async def check_seeded_records(host: Host, ctx: CheckContext) -> Verdict:
         }
 
     return await _decide(run())
+
+
+async def _decide(body: Coroutine[Any, Any, dict[str, Any]]) -> Verdict:
+    try:
+        return Verdict.passed(await body)
+    except Decided as decided:
+        return decided.verdict
 
 
 def _lost(reason: str, observation: Observation) -> Decided:
