@@ -82,7 +82,8 @@ function card(name, territory, record) {
   const won = record.winner === name;
   const chips = Object.entries(territory.milestones).map(([id, m]) => el("span", {
     class: "chip", "data-milestone": id, "data-state": chipState(m),
-    title: `${id}: ${chipState(m)}, ${m.attempts} attempts, ${m.points}/${m.points_available} points`,
+    // Any challenge's milestones: the record names them and, when it has them, their titles.
+    title: `${id}${(record.milestone_titles || {})[id] ? " (" + record.milestone_titles[id] + ")" : ""}: ${chipState(m)}, ${m.attempts} attempts, ${m.points}/${m.points_available} points`,
   }, id));
   let durable = "not yet";
   if (territory.durable_at_ms !== null) durable = "durable at " + duration(territory.durable_at_ms);

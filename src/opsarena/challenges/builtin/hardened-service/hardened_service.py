@@ -11,8 +11,8 @@ host's disk their user could write (an lstat-only walk of `/proc/<init>/root`, m
 filesystems skipped, capabilities that pass permissions counted as writing anything).
 systemd's ProtectSystem= cannot work on these hosts (no mount namespaces to give),
 so the sandbox is judged by permissions, as the kernel would enforce them. The host's
-init pid comes from the driver (`PodmanHost._init_pid`); the host-trust interface
-(`port_owners`) replaces that once it is in main.
+init pid comes from the host-trust interface (`Host.init_process`, refreshed by
+`Host.port_owners`).
 """
 
 from __future__ import annotations
@@ -225,8 +225,18 @@ def _listeners_of(init_pid: int) -> list[Listener]:
     return [Listener(sockets[i], i, tuple(holders[i])) for i in ordered]
 
 
-async def listeners(host: Host) -> list[Listener]:
-    init_pid = await host._init_pid()  # type: ignore[attr-defined]
+async def host_init_pid(host: Host, port: int) -> int:
+    """The host's init as this machine numbers it (the host-trust interface: asking for
+    `port_owners` refreshes the driver's view of the host's init, after a reboot too)."""
+    await host.port_owners(port)
+    init = host.init_process
+    if init is None:
+        raise HostError("the driver shows no init process for this host")
+    return init.pid
+
+
+async def listeners(host: Host, port: int = 8080) -> list[Listener]:
+    init_pid = await host_init_pid(host, port)
     return await asyncio.to_thread(_listeners_of, init_pid)
 
 
@@ -264,7 +274,7 @@ def judge_others(found: list[Listener], allowed: set[int]) -> str | None:
 
 async def _facts(host: Host, ctx: CheckContext) -> tuple[list[Listener], Verdict | None]:
     try:
-        return await listeners(host), None
+        return await listeners(host, ctx.challenge.port), None
     except (OSError, HostError, AttributeError) as exc:
         return [], Verdict.referee_error("host_unavailable", f"kernel facts unreadable: {exc}")
 
@@ -317,7 +327,7 @@ async def sandbox_verdict(host: Host, ctx: CheckContext) -> Verdict:
                      f"no process holds port {ctx.challenge.port}", "ss -ltnp")
     problems: list[str] = []
     try:
-        init_pid = await host._init_pid()  # type: ignore[attr-defined]
+        init_pid = await host_init_pid(host, ctx.challenge.port)
         for pid, comm, _uid in owners[:1]:
             problems += [f"pid {pid} {comm}: {m}"
                          for m in await asyncio.to_thread(_sandbox_facts, init_pid, pid)]
