@@ -64,7 +64,7 @@ BREAKAGES: dict[str, str] = {
     "user-missing": "the service's user was deleted",
 }
 """Every way the host can arrive broken, by name. (A disk filled by a runaway log is
-not one: no fixed-size host disk exists yet; see docs/CHALLENGES.md.)"""
+not one: a challenge cannot ask for a fixed-size host disk yet; see docs/CHALLENGES.md.)"""
 
 
 def breakage_of(seed: bytes) -> str:
