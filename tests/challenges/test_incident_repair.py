@@ -1,7 +1,8 @@
 """incident-repair: its seed variants, its setup on a real host, and its calibration matrix.
 
 The reference repairs every breakage the seed can draw (one host per breakage); each
-flawed builder fails at the milestone and with the reason its module's table says.
+flawed builder fails at the milestone and with the reason its module's table says
+(test_incident_repair_flawed.py: a file of its own, so CI's loadfile workers share them).
 """
 
 from __future__ import annotations
@@ -90,7 +91,18 @@ def test_only_the_transient_repair_writes_under_run() -> None:
     assert "disable --now" in persistent and "rm -rf" not in persistent
 
 
-async def _judge(
+PREFLIGHT = {
+    "program-moved": "connection_refused",
+    "data-owner": "connection_refused",
+    "port-held": "bad_status",
+    "config-syntax": "connection_refused",
+    "user-missing": "connection_refused",
+}
+"""How each fresh host fails service-up before anyone acted (the legacy socket answers
+503 for `port-held`; for the rest nothing listens)."""
+
+
+async def judge(
     challenge: Challenge, builder: str, seed: bytes, host_factory: HostFactory, match_id: str
 ) -> tuple[str, list[str], EventLog]:
     host = await host_factory("builder")
@@ -127,44 +139,10 @@ async def _judge(
 async def test_reference_repairs_every_breakage(
     breakage: str, challenge: Challenge, host_factory: HostFactory, match_id: str
 ) -> None:
-    preflight, outcomes, log = await _judge(
+    preflight, outcomes, log = await judge(
         challenge, "reference", seed_for(challenge, breakage), host_factory, match_id
     )
     assert preflight == PREFLIGHT[breakage]
     assert outcomes == MATRIX["reference"], [d["failure_detail"] for d in log.of("attempt_result")]
     intact = [d for d in log.of("attempt_result") if d.get("milestone") == "records-intact"]
     assert intact and intact[-1]["evidence"]["seeded"] == 12
-
-
-FLAWED_BREAKAGE = {
-    "repair-wipe": "data-owner",
-    "repair-transient": "port-held",
-    "repair-collateral": "config-syntax",
-    "repair-standin": "program-moved",
-}
-"""Each flawed builder on one breakage (the flaw does not depend on which). A builder
-doing nothing (`idle`) is the preflight of every host: see PREFLIGHT."""
-
-PREFLIGHT = {
-    "program-moved": "connection_refused",
-    "data-owner": "connection_refused",
-    "port-held": "bad_status",
-    "config-syntax": "connection_refused",
-    "user-missing": "connection_refused",
-}
-"""How each fresh host fails service-up before anyone acted (the legacy socket answers
-503 for `port-held`; for the rest nothing listens)."""
-
-
-@pytest.mark.hosts
-@pytest.mark.parametrize("builder", sorted(FLAWED_BREAKAGE))
-async def test_flawed_repairs_fail_where_designed(
-    builder: str, challenge: Challenge, host_factory: HostFactory, match_id: str
-) -> None:
-    seed = seed_for(challenge, FLAWED_BREAKAGE[builder])
-    _, outcomes, log = await _judge(challenge, builder, seed, host_factory, match_id)
-    assert outcomes == MATRIX[builder], [d["failure_detail"] for d in log.of("attempt_result")]
-    if builder == "repair-standin":
-        # The probe passed; the kernel showed whose the port is.
-        last = log.of("attempt_result")[-1]["failure_detail"]
-        assert "not in records-metrics.service" in last, last
