@@ -30,7 +30,8 @@ BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wron
 CALIBRATION_BUILDERS = (
     "ignore-ids", "newest-only", "binary-unsafe", "size-limited", "found-for-missing",
     "no-overwrite", "racy", "slow-start",
-    # tls-gateway's and hardened-service's (tests/challenges/).
+    # tls-gateway's, hardened-service's and incident-repair's (tests/challenges/).
+    "repair-wipe", "repair-transient", "repair-collateral", "repair-standin",
     "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
     "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
     # zero-downtime-deploy's (tests/challenges/test_zero_downtime_deploy.py).

@@ -28,6 +28,9 @@ challenge's name and brief variables from `params`); their flawed builders
 hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
 `deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
 docs/CHALLENGES.md.
+`incident-repair`'s `reference` and its flawed builders (repair-wipe, repair-transient,
+repair-collateral) are in `scripted/incident.py`; its `reference` runs through
+`CHALLENGE_VARIANTS`.
 
 `zero-downtime-deploy` has its own builders (`releases.py`: deploy-stop-start,
 deploy-fresh-data, deploy-newest-only, deploy-v2-first, deploy-no-command); `reference`
@@ -68,6 +71,11 @@ READY_WAIT_SECONDS = 20.0
 
 _SERVER_SCRIPT = "records_server.py"
 
+CHALLENGE_VARIANTS: dict[tuple[str, str], type[ScriptedBuilder]] = {}
+"""(challenge name, builder name) -> the builder that runs instead when the match's
+challenge (`ctx.params["challenge"]`) is that one: `reference` is each challenge's own
+reference. A challenge's builders module adds its rows."""
+
 
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
@@ -83,7 +91,12 @@ class ScriptedBuilder(Agent, abc.ABC):
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         """Deploy on `ctx.host` and return "completed" (successful) once the unit
         answers HTTP on its port, or "failed" (player's fault) with the reason if it
-        did not. Raises `UsageError` for bad `ctx.params`; `HostError`s propagate."""
+        did not. Raises `UsageError` for bad `ctx.params`; `HostError`s propagate.
+        When `CHALLENGE_VARIANTS` has a builder of this name for the match's challenge,
+        that builder runs instead."""
+        variant = CHALLENGE_VARIANTS.get((str(ctx.params.get("challenge", "")), self.name))
+        if variant is not None and type(self) is not variant:
+            return await variant().run(ctx)
         target = service_target(ctx.params)
         wait = max(1.0, min(READY_WAIT_SECONDS, ctx.deadline - time.monotonic()))
         result = await self.deploy(ctx.host, target, wait_seconds=wait)

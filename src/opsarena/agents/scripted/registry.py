@@ -29,6 +29,12 @@ from opsarena.agents.scripted.builders import (
     WrongHealthBuilder,
 )
 from opsarena.agents.scripted.durability import DURABILITY_BUILDERS
+from opsarena.agents.scripted.incident import (
+    RepairCollateralBuilder,
+    RepairStandInBuilder,
+    RepairTransientBuilder,
+    RepairWipeBuilder,
+)
 from opsarena.agents.scripted.releases import (
     FreshDataBuilder,
     NewestOnlyDeployBuilder,
@@ -68,6 +74,10 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     NewestOnlyDeployBuilder,
     V2FirstBuilder,
     NoCommandBuilder,
+    RepairWipeBuilder,
+    RepairTransientBuilder,
+    RepairCollateralBuilder,
+    RepairStandInBuilder,
 )
 _BUILDERS: dict[str, type[ScriptedBuilder]] = {builder.name: builder for builder in _ALL}
 
