@@ -1,6 +1,6 @@
 """The example tournament on real hosts: killed with SIGKILL mid-match, resumed, ranked.
 
-`examples/tournament-scripted.toml` (every scripted builder, every challenge, 5 trials, 2
+`examples/tournament-scripted.toml` (every scripted builder, durable-records, 5 trials, 2
 matches at once) runs as `opsarena tournament run` in a process of its own. Once one match
 has ended and another is under way the process is killed; `opsarena tournament resume`
 finishes it. Then: every slot has exactly one counted match, a match that ended before the
