@@ -23,6 +23,7 @@ APP = """\
 import os
 import pathlib
 import re
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = pathlib.Path("/var/lib/records")
@@ -49,7 +50,8 @@ class Handler(BaseHTTPRequestHandler):
         if not match:
             return self.send(404)
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        tmp = ROOT / (match[1] + ".tmp")
+        # A temporary file per request: parallel PUTs to one id must not share one.
+        tmp = ROOT / f".{match[1]}.{threading.get_ident()}.tmp"
         with open(tmp, "wb") as file:
             file.write(data)
             file.flush()

@@ -2,16 +2,21 @@
 
 The issue's attack: a command agent inserted ten rows for its own match, and the
 controller died on `UNIQUE constraint failed`, a neighbour's durable result was never
-recorded, and `opsarena resume` failed the same way. Here the same rows are forged into a
-running match (real hosts), and into the log of a match whose controller died (resume).
+recorded, and `opsarena resume` failed the same way. A command agent can no longer reach
+the log at all (the agent cage; tests/security/test_agents_cage.py); so here the same rows
+are forged by a process outside the cage (the worst case: someone who got write access to
+the file) into a running match (real hosts), and into the log of a match whose controller
+died (resume).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +49,44 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
+def play_while_forging(db: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    """`opsarena run` of `ref` (reference) and `idle`, with the forger in `work` run from
+    outside the cage once the match has started; returns the run's result."""
+    run = subprocess.Popen(
+        [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
+         "--builder", "idle=scripted:idle", "--builder", "ref=scripted:reference"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        match_id = _started_match(db, run)
+        forged = subprocess.run(
+            [sys.executable, str(work / "forger.py"), str(work)],
+            env={**os.environ, "OPSARENA_MATCH": match_id},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert forged.returncode == 0, forged.stderr
+        out, err = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+def _started_match(db: Path, run: subprocess.Popen[str]) -> str:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert run.poll() is None, "the match ended before it could be forged"
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                row = conn.execute(
+                    "SELECT match_id FROM events WHERE type = 'match_started' LIMIT 1"
+                ).fetchone()
+            if row is not None:
+                return str(row[0])
+        time.sleep(0.2)
+    raise AssertionError("the match did not start")
+
+
 def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -52,11 +95,7 @@ def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_o
     work.mkdir()
     (work / "forger.py").write_text(FORGER)
     (work / "db").write_text(str(db))
-    played = cli(
-        "run", "--quiet", "--db", str(db), "--time-limit", "120",
-        "--builder", f"forger=command:{sys.executable} {work / 'forger.py'} {work}",
-        "--builder", "ref=scripted:reference",
-    )  # fmt: skip
+    played = play_while_forging(db, work)
     assert played.returncode == 0, played.stderr
     first = int((work / "forged").read_text())
     match_id = cli("ls", "--db", str(db)).stdout.splitlines()[1].split()[0]
@@ -85,11 +124,7 @@ def test_an_edit_with_the_chain_redone_is_still_found_by_the_controller_at_the_c
     work.mkdir()
     (work / "forger.py").write_text(CAREFUL_FORGER)
     (work / "db").write_text(str(db))
-    played = cli(
-        "run", "--quiet", "--db", str(db), "--time-limit", "120",
-        "--builder", f"careful=command:{sys.executable} {work / 'forger.py'} {work}",
-        "--builder", "ref=scripted:reference",
-    )  # fmt: skip
+    played = play_while_forging(db, work)
     assert played.returncode == 0, played.stderr
     edited = int((work / "forged").read_text())
     match_id = cli("ls", "--db", str(db)).stdout.splitlines()[1].split()[0]
