@@ -18,6 +18,7 @@ cat > "$work/app.py" <<'APP'
 import os
 import pathlib
 import re
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = pathlib.Path("/var/lib/builder-app")
@@ -46,7 +47,8 @@ class Handler(BaseHTTPRequestHandler):
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if not match:
             return self.send(404)
-        tmp = ROOT / (match[1] + ".tmp")
+        # One temporary file per request: parallel PUTs to one id must not share one.
+        tmp = ROOT / f".{match[1]}.{threading.get_ident()}.tmp"
         with open(tmp, "wb") as file:
             file.write(data)
             file.flush()

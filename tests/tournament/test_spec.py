@@ -97,16 +97,16 @@ def test_match_seeds_are_derived_distinct_and_replayable() -> None:
     assert match_seed(bytes(16), slot, 1) != match_seed(seed, slot, 1)
 
 
-def test_the_example_file_is_valid_and_covers_every_challenge() -> None:
+def test_the_example_file_is_valid_and_ci_sized() -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "tournament-scripted.toml"
     plan = load_tournament(example)
     assert {"reference", "webdav"} <= set(plan.competitors)
     assert len(plan.competitors) >= 5
     assert plan.trials == 5
     assert plan.parallel == 2
-    from opsarena.challenges.catalog import builtin_names
-
-    assert sorted(plan.challenges) == builtin_names()
+    # durable-records only: six challenges would be six times the matches (the file says
+    # how to play "all").
+    assert plan.challenges == ["durable-records"]
 
 
 def test_the_cli_refuses_a_bad_file_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
