@@ -106,7 +106,7 @@ def test_the_example_file_is_valid_and_ci_sized() -> None:
     assert plan.parallel == 2
     # durable-records only: six challenges would be six times the matches (the file says
     # how to play "all").
-    assert plan.challenges == ["durable-records"]
+    assert list(plan.challenges) == ["durable-records"]
 
 
 def test_the_cli_refuses_a_bad_file_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
