@@ -45,7 +45,8 @@ def run(events: int) -> dict[str, Any]:
     assert len(read) == events
     latencies.sort()
     return {
-        "code": str(Path(opsarena.store.__file__).parent),
+        # Which checkout's store was measured, relative to this repository when it is ours.
+        "code": _relative(Path(opsarena.store.__file__).parent),
         "events": events,
         "append_p50_ms": round(statistics.median(latencies), 3),
         "append_p90_ms": round(latencies[int(len(latencies) * 0.9)], 3),
@@ -54,6 +55,14 @@ def run(events: int) -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _relative(path: Path) -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return path.name
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""`opsarena/durable_records` run by Inspect on real hosts, with a scripted mock model.
+"""`opsarena/durable_records` run by Inspect on real hosts, with a scripted model
+(Inspect's `mockllm`: the double of the remote LLM API, the only one allowed).
 
-The mock model (Inspect's `mockllm`, no network) plays a conversation of tool calls:
+The scripted model (Inspect's `mockllm`, no network) plays a conversation of tool calls:
 it deploys a records service through the bash and text editor tools in the sample's
 host, then submits. The referee then judges the host from outside, with its faults.
 The reference service (disk, fsync) must score 1.0; the in-memory one 0.3 with the
@@ -45,8 +46,9 @@ def quiet_display(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INSPECT_DISPLAY", "none")
 
 
-# The mock model counts tokens with tiktoken, whose encoding is downloaded at first use;
-# this machine has no network, so the mock's turns carry their usage (as a real
+# Inspect's mockllm model (the LLM API's double) counts tokens with tiktoken, whose
+# encoding is downloaded at first use;
+# this machine has no network, so the scripted turns carry their usage (as a real
 # provider's do) and the CLI run counts a token per four characters.
 CLI_WITH_OFFLINE_TOKEN_COUNT = (
     "import sys, inspect_ai.model._model as m\n"
@@ -70,7 +72,7 @@ def deploy_conversation(storage: Storage) -> list[ModelOutput]:
     script_path = f"{target.program_dir}/records_server.py"
     encoded = base64.b64encode(script.read_bytes()).decode()
     unit = records_unit(
-        target, script_path, storage=storage, health_body="ready", builder=f"mock-{storage}"
+        target, script_path, storage=storage, health_body="ready", builder=f"scripted-{storage}"
     )
     install = (
         f"mkdir -p {target.program_dir} && echo {encoded} | base64 -d > {script_path}"
