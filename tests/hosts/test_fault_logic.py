@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from opsarena.errors import UnitMissingError
-from opsarena.hosts.crash import Process, gone, unit_name
+from opsarena.hosts.crash import gone, unit_name
+from opsarena.hosts.kernel import Proc
 from opsarena.hosts.diskserver import BLOCK, WriteCache
 
 
@@ -29,11 +30,11 @@ def test_paths_and_odd_names_are_not_units(bad: str) -> None:
 
 
 def test_a_process_is_gone_when_its_pid_has_another_start_time() -> None:
-    me = Process(os.getpid(), 0)  # this pid, but not started at tick 0
-    assert gone({me})
+    me = Proc(os.getpid(), 0)  # this pid, but not started at tick 0
+    assert gone([me])
     with open(f"/proc/{os.getpid()}/stat", "rb") as stat:
         start = int(stat.read().rsplit(b")", 1)[1].split()[19])
-    assert not gone({Process(os.getpid(), start)})
+    assert not gone([Proc(os.getpid(), start)])
 
 
 @pytest.fixture

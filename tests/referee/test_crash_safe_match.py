@@ -39,7 +39,7 @@ async def test_crash_safe_records_tells_the_three_builders_apart(tmp_path: Path)
     # no-fsync: every fault but the power cut leaves its files; the cut loses them.
     assert [m for m, s in b.milestones.items() if not s.passed] == ["power-cut"]
     cut = b.milestones["power-cut"]
-    assert cut.failure_reason in ("record_missing", "record_corrupted")
+    assert cut.failure_reason in ("record_missing", "record_corrupted"), cut.failure_detail
     assert "after the power cut" in (cut.failure_detail or "")
     assert "record-" in (cut.failure_detail or "")  # the detail names a lost record
 

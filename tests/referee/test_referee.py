@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from importlib import resources
 
@@ -82,18 +83,23 @@ async def test_run_judges_territories_concurrently_until_durable(
     ]  # fmt: skip
     updates = [d for k, d in good if k == "ledger_update"]
     # write-read acknowledged its 18 PUTs (4 pairs, 2 overwrite, 8 parallel, 4 same-id)
-    # and verified its 15 reads (14 ids); each fault checks its new record before the
-    # fault, then re-reads the whole ledger (the new record included).
-    assert [len(u["writes"]) for u in updates] == [18, 1, 1]
-    assert [u["checked"]["verified"] for u in updates] == [15, 1 + 15, 1 + 16]
+    # and verified its 15 reads (14 ids). Each fault round first PUTs a record of every
+    # kind (text, binary, empty, large, an overwrite pair: 6 PUTs, 5 ids) without reading
+    # them, injects the fault while two PUT streams run (each stream record an id of its
+    # own), then re-reads the whole ledger.
+    writes = [len(u["writes"]) for u in updates]
+    assert writes[0] == 18 and all(w >= 6 for w in writes[1:])
+    streamed = [w - 6 for w in writes[1:]]
+    reread = passed_reread(good)
+    assert reread == [14 + 5 + streamed[0], 14 + 5 + streamed[0] + 5 + streamed[1]]
+    assert [u["checked"]["verified"] for u in updates] == [15, *reread]
     assert all(not u["dropped"] for u in updates)
-    assert passed_reread(good) == [15, 16]
     # What `opsarena resume` does: a new referee rebuilds the same ledger from the events.
     rebuilt = make_referee(challenge, EventLog())
     rebuilt.add_territory("good", durable_host)
     rebuilt.restore_ledger("good", [LedgerUpdate.model_validate(u) for u in updates])
     assert rebuilt.ledger_summary("good") == referee.ledger_summary("good")
-    assert rebuilt.ledger_summary("good").records == 16
+    assert rebuilt.ledger_summary("good").records == reread[-1]
     passed = {d["milestone"]: d["evidence"] for k, d in good if k == "milestone_passed"}
     assert passed["service-up"]["health"] == "ready"
     record, value = derive_record(b"calibration-seed", "good", "write-read", 1)
@@ -247,9 +253,15 @@ async def test_a_failing_fault_backs_off_and_lost_records_are_dropped_but_counte
         "failed 3 times in a row: the next attempt starts 2 s after this one started (back-off)"
     )
     assert "starts 4 s after" in details[3] and state.next_delay_s == 4.0
-    # The first restart lost the 14 records of write-read and its own; each later one
-    # only its own fresh record: every lost record was dropped, and counted.
-    assert "the ledger re-read 15 of 15 acknowledged records: 15 lost" in details[0]
-    assert "re-read 1 of 1 acknowledged records: 1 lost" in details[1]
+    # The first restart lost the 14 records of write-read and its own 5 at least (stream
+    # records it acknowledged too); each later one only its own fresh records: every lost
+    # record was dropped, and counted.
+    first = re.search(r"the ledger re-read (\d+) of (\d+) records: (\d+) lost", details[0])
+    assert first is not None and first[1] == first[2] and int(first[3]) >= 14 + 5
+    later = re.search(r"the ledger re-read (\d+) of (\d+) records: (\d+) lost", details[1])
+    assert later is not None and int(later[3]) >= 5
     summary = referee.ledger_summary("forgetful")
-    assert (summary.lost, summary.records) == (15 + 3, 0)
+    assert summary.lost >= 14 + 5 * 4
+    # Only records whose PUT was never answered before the restart (indeterminate, and
+    # rightly absent) stay in the ledger.
+    assert summary.records <= summary.indeterminate

@@ -413,6 +413,7 @@ async def test_a_server_hidden_outside_the_unit_over_a_restart_is_not_new(
     # The host's own subtree of the systemd hierarchy, as the host sees it.
     own = "/sys/fs/cgroup/systemd" + unit_dir.split("/system.slice/", 1)[0]
     await sh(host, f"mkdir -p {own}/hideout && echo {server.inner} > {own}/hideout/cgroup.procs")
+    since = host.clock_ticks()
     restart = await host.restart_service(UNIT)
     assert kernel.alive(server) and server not in restart.before
     await sh(host, f"echo {server.inner} > /sys/fs/cgroup/systemd{unit_dir}/cgroup.procs")
@@ -425,6 +426,6 @@ async def test_a_server_hidden_outside_the_unit_over_a_restart_is_not_new(
         record_id="r",
         record_value="v",
     )
-    verdict = await port_ownership_verdict(host, ctx, step="after the restart", after_restart=True)
+    verdict = await port_ownership_verdict(host, ctx, step="after the restart", since=since)
     assert verdict is not None and verdict.failure_reason == "port_not_owned_by_unit"
     assert "from before the restart" in (verdict.failure_detail or "")

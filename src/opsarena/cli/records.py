@@ -172,6 +172,7 @@ LEDGER_COLUMNS = (
     "corrupted",
     "stale",
     "unexpected",
+    "forgiven",
     "indeterminate",
 )
 """The durability ledger's summary, as `opsarena show` prints it per territory."""

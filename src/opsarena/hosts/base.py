@@ -18,7 +18,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from opsarena.errors import FaultUnsupportedError, HostNotFoundError
-from opsarena.hosts.kernel import Proc
+from opsarena.hosts.kernel import Proc, now_ticks
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 """Bytes kept per output stream of `Host.exec` unless the caller asks otherwise."""
@@ -185,6 +185,17 @@ class Host(abc.ABC):
 
     last_restart: ServiceRestart | None
     """What the latest `restart_service` of this object did (None before the first)."""
+
+    last_fault_at: float | None = None
+    """`time.monotonic()` taken just before the destructive step of the latest fault this
+    object injected (the restart job of `restart_service`, the kill of `crash_service` and
+    `power_cut`, the request of `reboot`); None before the first. A write the service
+    acknowledged before this instant was acknowledged before the fault."""
+
+    def clock_ticks(self) -> int:
+        """Now, in the unit of `Proc.start`: a process started after this call has a
+        start time at or above it."""
+        return now_ticks()
 
     @abc.abstractmethod
     async def restart_service(self, unit: str, *, timeout: float = 30.0) -> ServiceRestart:

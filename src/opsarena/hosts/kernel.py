@@ -192,6 +192,34 @@ def port_owners(init_pid: int, port: int) -> list[Proc]:
     return [proc for proc in owners if alive(proc)]
 
 
+def parent_pid(pid: int) -> int | None:
+    """The machine pid of `pid`'s parent, None when `pid` is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def signal_process(proc: Proc, signum: int = signal.SIGKILL) -> bool:
+    """Send `signum` to `proc` through a pidfd (never to a reuse of its pid), without
+    waiting; True when it was alive and got it."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        return False
+    try:
+        if start_time(proc.pid) != proc.start:
+            return False
+        try:
+            signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:
+            return False
+        return True
+    finally:
+        os.close(pidfd)
+
+
 def kill(procs: list[Proc], *, wait: float = 2.0) -> list[Proc]:
     """SIGKILL each of `procs` through a pidfd (so a reused pid is never hit) and wait up
     to `wait` seconds for each to exit; return those that were alive and got the signal."""

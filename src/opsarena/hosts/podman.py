@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import json
+import logging
 import os
 import re
 import resource
@@ -72,7 +73,9 @@ from opsarena.hosts.base import (
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
-from opsarena.hosts.systemd_bus import BusError, SystemdBus
+from opsarena.hosts.systemd_bus import BusError, SystemdBus, report_empty_cgroup
+
+log = logging.getLogger(__name__)
 
 LABEL_MATCH = "opsarena.match"
 LABEL_TERRITORY = "opsarena.territory"
@@ -332,6 +335,11 @@ def seccomp_profile(default_path: str) -> bytes:
 
 
 INIT_GONE_GRACE_S = 5.0
+RESTORE_TIMEOUT_S = 30.0
+"""Bound on bringing a host back after a power cut that failed midway."""
+CGROUP_NUDGE_S = 0.5
+"""After a kill, how long the driver waits before it tells the host's systemd (again) that
+the unit's cgroup may be empty (`systemd_bus.report_empty_cgroup`)."""
 """How long `connect` waits for podman to say whether a host whose init died is down."""
 
 REMOVE_ATTEMPTS = 5
@@ -475,6 +483,10 @@ class PodmanHost(Host):
         self._boot_id: int | None = None
         self._frozen = False
         self._rebooting = False
+        self._stopped_by_arena = False
+        """True from the arena's stop of the host (a reboot, a power cut) until it runs
+        again: a host left stopped by a fault that failed midway is the arena's doing,
+        never reported as a host that stopped by itself."""
         self.last_crash_restart_ms: int | None = None
         """Milliseconds from the last `crash_service` kill to the new main process."""
         self.last_restart: ServiceRestart | None = None
@@ -503,6 +515,11 @@ class PodmanHost(Host):
         if not state.get("Running"):
             if self._rebooting:
                 raise HostUnavailableError(f"host {self.name} is rebooting")
+            if self._stopped_by_arena:
+                raise HostUnavailableError(
+                    f"host {self.name} is stopped: a reboot or power cut the arena began "
+                    "did not complete"
+                )
             if state.get("OOMKilled"):
                 raise HostDownError(
                     f"host {self.name} stopped by itself: its init was killed for lack of "
@@ -514,6 +531,8 @@ class PodmanHost(Host):
             )
         self._pid = int(state["Pid"])
         self._boot_id = _init_start_time(self._pid)
+        if not self._rebooting:
+            self._stopped_by_arena = False
         if self._boot_id is None or not kernel.alive(Proc(self._pid, self._boot_id)):
             # init died (or is a zombie) and podman has not noticed yet
             self._pid = 0
@@ -649,13 +668,22 @@ class PodmanHost(Host):
             # push the competitor's unit over its start rate limit (StartLimitBurst).
             try:
                 await asyncio.to_thread(bus.reset_failed, unit)
+                self.last_fault_at = time.monotonic()
                 job = await asyncio.to_thread(bus.restart_unit, unit)
+                nudged = time.monotonic()
                 while await asyncio.to_thread(bus.job_running, job):
                     if time.monotonic() >= deadline:
                         raise ServiceRestartError(
                             f"the restart of {unit} in {self.name} did not finish "
                             f"within {timeout:g}s"
                         )
+                    # systemd may wait in stop-sigterm for a cgroup-empty event that never
+                    # comes on a v1 machine (`report_empty_cgroup`): tell it once it is empty.
+                    if time.monotonic() - nudged >= CGROUP_NUDGE_S and not any(
+                        kernel.alive(proc) for proc in before
+                    ) and not await asyncio.to_thread(kernel.cgroup_members, cgroup, pid):
+                        await self._report_empty(pid, state.cgroup)
+                        nudged = time.monotonic()
                     await asyncio.sleep(0.02)
             except BusError as exc:
                 raise ServiceRestartError(
@@ -696,6 +724,8 @@ class PodmanHost(Host):
             await self._init_pid()
             old_boot = (self._pid, self._boot_id)
         self._rebooting = True
+        self._stopped_by_arena = True
+        self.last_fault_at = time.monotonic()
         try:
             if hard:
                 await self.podman.check("kill", "--signal", "KILL", self.name, timeout=timeout)
@@ -787,37 +817,69 @@ class PodmanHost(Host):
     async def crash_service(self, unit: str, *, timeout: float = 10.0) -> int:
         name = crash.unit_name(unit)
         pid = await self._init_pid()
-        boot = self._boot_id
-        host_cgroup, freezer = await asyncio.to_thread(crash.host_cgroups, pid)
-        cgroup = await asyncio.to_thread(crash.unit_cgroup, host_cgroup, name)
-        if cgroup is None:
-            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
-        # As for restart_service: the arena's crashes must not push the unit over its
-        # start rate limit (the referee may crash it once a second). Asked inside the
-        # host's confinement; nothing it prints is used.
-        await self.exec(["systemctl", "reset-failed", "--", name], timeout=10.0)
-        victims = await asyncio.to_thread(crash.kill_unit, cgroup, freezer)
-        if not victims:
-            raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
-        killed_at = time.monotonic()
-        while not await asyncio.to_thread(crash.gone, victims):
-            if time.monotonic() - killed_at > 10.0:
-                raise HostUnavailableError(
-                    f"the processes of {name} in {self.name} survived SIGKILL"
+        init = self.init_process
+        assert init is not None
+        with await self._bus(f"crashing {name}", 10.0) as bus:
+            state = await asyncio.to_thread(bus.unit_state, name)
+            if state.load != "loaded":
+                raise UnitMissingError(
+                    f"unit {name} does not exist in {self.name} ({state.load or 'unknown'})"
                 )
-            await asyncio.sleep(0.005)
-        while True:
-            crash.require_alive(pid, boot)
-            found = await asyncio.to_thread(crash.new_process, cgroup, victims, pid)
-            if found is not None:
-                self.last_crash_restart_ms = int((time.monotonic() - killed_at) * 1000)
-                return await asyncio.to_thread(crash.namespace_pid, found.pid)
-            if time.monotonic() - killed_at >= timeout:
-                raise ServiceNotRestartedError(
-                    f"unit {name} in {self.name} was not restarted within {timeout:g}s of "
-                    "being killed (does it have Restart=?)"
+            if not state.cgroup:
+                raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+            # The unit's cgroup is systemd's own answer (below the host's cgroup), never a
+            # directory found by its name: a competitor can make one anywhere in its tree.
+            cgroup = self._unit_cgroup(pid, state.cgroup, name)
+            # As for restart_service: the arena's crashes must not push the unit over its
+            # start rate limit (the referee may crash it once a second). It also sets
+            # NRestarts back to 0, so the count to compare with is read after it.
+            await asyncio.to_thread(bus.reset_failed, name)
+            state = await asyncio.to_thread(bus.unit_state, name)
+            freezer = await asyncio.to_thread(crash.host_freezer, pid)
+            self.last_fault_at = time.monotonic()
+            victims, killed = await asyncio.to_thread(crash.kill_unit, cgroup, pid, freezer)
+            if not victims:
+                raise ServiceNotRunningError(f"unit {name} in {self.name} has no running process")
+            killed_at = time.monotonic()
+            while not await asyncio.to_thread(crash.gone, victims):
+                if time.monotonic() - killed_at > 10.0:
+                    raise HostUnavailableError(
+                        f"the processes of {name} in {self.name} survived SIGKILL"
+                    )
+                await asyncio.sleep(0.005)
+            nudged = killed_at
+            while True:
+                crash.require_alive(init)
+                found = await asyncio.to_thread(
+                    crash.new_main_process, cgroup, pid, victims, killed
                 )
-            await asyncio.sleep(0.01)
+                if found is not None:
+                    # A process an agent started by hand (`systemctl start`) is not the
+                    # unit restarting itself: systemd counts only its own restarts.
+                    after = await asyncio.to_thread(bus.unit_state, name)
+                    if after.restarts > state.restarts:
+                        self.last_crash_restart_ms = int((time.monotonic() - killed_at) * 1000)
+                        return found.inner
+                now = time.monotonic()
+                if now - killed_at >= timeout:
+                    raise ServiceNotRestartedError(
+                        f"unit {name} in {self.name} was not restarted by systemd (its own "
+                        f"Restart=) within {timeout:g}s of being killed"
+                    )
+                if now - nudged >= CGROUP_NUDGE_S and not await asyncio.to_thread(
+                    kernel.cgroup_members, cgroup, pid
+                ):
+                    await self._report_empty(pid, state.cgroup)
+                    nudged = time.monotonic()
+                await asyncio.sleep(0.01)
+
+    async def _report_empty(self, init_pid: int, cgroup: str) -> None:
+        """Tell the host's systemd that `cgroup` (its name for it) may have emptied; see
+        `systemd_bus.report_empty_cgroup` for why. A failure changes nothing."""
+        try:
+            await asyncio.to_thread(report_empty_cgroup, init_pid, cgroup, timeout=5.0)
+        except (BusError, OSError) as exc:
+            log.debug("could not nudge systemd in %s about %s: %s", self.name, cgroup, exc)
 
     async def power_cut(self, *, timeout: float = 60.0) -> None:
         disk = self.disk
@@ -845,25 +907,49 @@ class PodmanHost(Host):
         try:
             # Killing a PID namespace's init kills every process in it at once; the
             # disk loses power right after, so nothing acknowledged later was durable.
+            self.last_fault_at = time.monotonic()
+            self._stopped_by_arena = True
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            await powerdisk.control(disk, "cut")
-            while (await self._inspect())["State"].get("Running"):
-                if time.monotonic() > deadline:
-                    raise HostBootError(f"{self.name} did not stop at the power cut")
-                await asyncio.sleep(0.01)
-            await powerdisk.power_cycle(disk)
-            if disk.removed:
-                raise HostNotFoundError(f"host {self.name} was removed during the power cut")
-            await self.podman.check(
-                "start", self.name, timeout=max(1.0, deadline - time.monotonic())
-            )
+            try:
+                await powerdisk.control(disk, "cut")
+                while (await self._inspect())["State"].get("Running"):
+                    if time.monotonic() > deadline:
+                        raise HostBootError(f"{self.name} did not stop at the power cut")
+                    await asyncio.sleep(0.01)
+                await powerdisk.power_cycle(disk)
+                if disk.removed:
+                    raise HostNotFoundError(f"host {self.name} was removed during the power cut")
+                await self.podman.check(
+                    "start", self.name, timeout=max(1.0, deadline - time.monotonic())
+                )
+            except BaseException:
+                # The arena stopped this host: bring it back before reporting the failure,
+                # or a later probe would take it for a host that stopped by itself.
+                if not disk.removed:
+                    await asyncio.shield(self._restore_power(disk))
+                raise
             self._pid = 0
             await self._init_pid()
         finally:
             self._rebooting = False
         if (self._pid, self._boot_id) == old_boot:
             raise HostBootError(f"{self.name} did not boot after the power cut")
+
+    async def _restore_power(self, disk: powerdisk.PowerDisk) -> None:
+        """Best effort after a power cut that failed midway: power on, mount, start the
+        host (bounded); whatever fails is logged and the host stays `_stopped_by_arena`."""
+        try:
+            async with asyncio.timeout(RESTORE_TIMEOUT_S):
+                if (await self._inspect())["State"].get("Running"):
+                    return
+                with contextlib.suppress(HostUnavailableError):
+                    await powerdisk.detach(disk)
+                await powerdisk.control(disk, "on")
+                await powerdisk.attach(disk)
+                await self.podman.check("start", self.name, timeout=RESTORE_TIMEOUT_S)
+        except Exception as exc:  # logged; the original failure is the one raised
+            log.warning("could not bring %s back after a failed power cut: %s", self.name, exc)
 
     async def connect(
         self, port: int, *, timeout: float = 5.0

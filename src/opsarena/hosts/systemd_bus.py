@@ -89,6 +89,27 @@ def host_root_ids(init_pid: int) -> tuple[int, int]:
     return found[0], found[1]
 
 
+def _run_connector(
+    init_pid: int, start: int, channel: socket.socket, extra: list[str], *, timeout: float
+) -> None:
+    """Run `bus_connector` for the host of `init_pid` (started at `start`), handing it
+    `channel`; raises `BusError` with its last line when it fails."""
+    uid, gid = host_root_ids(init_pid)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", CONNECTOR, str(init_pid), str(start), str(uid),
+             str(gid), str(channel.fileno()), *extra],
+            pass_fds=(channel.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
+            env={}, cwd="/", check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise BusError(f"reaching the host's systemd took over {timeout:g}s") from exc
+    if done.returncode != 0:
+        lines = done.stderr.decode(errors="replace").strip().splitlines() or ["(no output)"]
+        raise BusError(lines[-1][:300])
+
+
 def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
     """A connected, authenticated socket to the systemd running as `init_pid`.
 
@@ -96,22 +117,9 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
     checked here: its peer must be `init_pid` with the start time it had before.
     """
     start = _start_time(init_pid)
-    uid, gid = host_root_ids(init_pid)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        try:
-            done = subprocess.run(
-                [sys.executable, "-I", "-S", CONNECTOR, str(init_pid), str(start), str(uid),
-                 str(gid), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout,
-                env={}, cwd="/", check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise BusError(f"connecting to the host's systemd took over {timeout:g}s") from exc
-        if done.returncode != 0:
-            lines = done.stderr.decode(errors="replace").strip().splitlines() or ["(no output)"]
-            raise BusError(lines[-1][:300])
+        _run_connector(init_pid, start, theirs, [], timeout=timeout)
         ours.settimeout(timeout)
         _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
     finally:
@@ -135,6 +143,28 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
     except BaseException:
         sock.close()
         raise
+
+
+def report_empty_cgroup(init_pid: int, cgroup: str, *, timeout: float) -> None:
+    """Tell the systemd running as `init_pid` that `cgroup` (its own name for it, e.g.
+    `/libpod_parent/libpod-ID/system.slice/x.service`) may have emptied, as systemd's
+    cgroups agent would.
+
+    Why: on a cgroup v1 machine a host's systemd gets no kernel notice when a unit's
+    cgroup empties (the release agent is masked in containers) and falls back to
+    watching pids, which races: seen here, one crash in ten under load left a unit in
+    `stop-sigterm` until its 90 s stop timeout, so a correct `Restart=` unit looked
+    "not restarted". systemd checks the cgroup itself before acting on the message, so
+    a needless one does nothing. Raises `BusError`."""
+    if not cgroup.startswith("/") or "\0" in cgroup or len(cgroup) > 4000:
+        raise ValueError(f"{cgroup!r} is not a cgroup path")
+    start = _start_time(init_pid)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        _run_connector(init_pid, start, theirs, [cgroup], timeout=timeout)
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def _start_time(pid: int) -> int:
@@ -281,18 +311,22 @@ class SystemdBus:
         return str(path)
 
     def unit_state(self, unit: str) -> UnitState:
-        """LoadState, ActiveState, MainPID (the host's numbering) and ControlGroup."""
+        """LoadState, ActiveState, MainPID (the host's numbering), ControlGroup, and for a
+        service its NRestarts (restarts systemd made by itself, its `Restart=`)."""
         path = self.load_unit(unit)
         load = str(self.get(path, UNIT, "LoadState"))
         active = str(self.get(path, UNIT, "ActiveState"))
         main_pid = 0
         cgroup = ""
+        restarts = 0
         if load == "loaded":
             with contextlib.suppress(BusError):  # not a service: no MainPID
                 main_pid = int(self.get(path, SERVICE, "MainPID"))
             with contextlib.suppress(BusError):
                 cgroup = str(self.get(path, SERVICE, "ControlGroup"))
-        return UnitState(load, active, main_pid, cgroup)
+            with contextlib.suppress(BusError):
+                restarts = int(self.get(path, SERVICE, "NRestarts"))
+        return UnitState(load, active, main_pid, cgroup, restarts)
 
     def reset_failed(self, unit: str) -> None:
         with contextlib.suppress(BusError):  # a unit that never failed has nothing to reset
@@ -322,3 +356,4 @@ class UnitState:
     active: str
     main_pid: int
     cgroup: str
+    restarts: int = 0

@@ -45,6 +45,8 @@ class LedgerSummary(_Record):
     corrupted: int = 0
     stale: int = 0
     unexpected: int = 0
+    forgiven: int = 0
+    """Lost or stale records the challenge allowed (backup-restore's recovery point)."""
     records: int = 0
 
 

@@ -44,6 +44,7 @@ from opsarena.referee.workload import (
     Record,
     Slot,
     first_difference,
+    make_record,
     plan_attempt,
     regenerate,
     unwritten_id,
@@ -455,7 +456,7 @@ async def check_write_read(host: Host, ctx: CheckContext) -> Verdict:
         seed = workload_seed(ctx)
         plan = plan_attempt(seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0))
         plan = dataclasses.replace(plan, text=text_record(ctx, plan.text.slot))
-        others = {r.sha256: r.id for r in plan.written()}
+        others = {r.sha256: r.id for r in plan.written() if r.sha256 != EMPTY_SHA256}
         steps: list[str] = []
 
         async def pair(name: str, record: Record) -> tuple[int, int]:
@@ -532,31 +533,58 @@ async def check_write_read(host: Host, ctx: CheckContext) -> Verdict:
     return await _decide(run())
 
 
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+"""An empty body names no record: it is never reported as another id's value."""
+
+
 async def reread_ledger(
-    host: Host, ctx: CheckContext, fault: Fault, must: set[str]
+    host: Host,
+    ctx: CheckContext,
+    fault: Fault,
+    must: set[str],
+    *,
+    forgiven: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> dict[str, Any]:
     """After `fault`: GET every ledger record (or the bounded, deterministic sample of
-    them), then a few ids never written. Every record is read even after a failure, so
-    the detail counts them all; the attempt then fails with the first failure's reason.
-    Returns evidence. Raises `Decided`."""
+    them), then a few ids never written. Every record is read even after a failure (a
+    GET that gets no answer does not hide the records found lost beside it), so the
+    detail counts and names them all; the attempt then fails with the first lost,
+    corrupted or stale record's reason, else with the first probe error's. A record in
+    `forgiven` may be lost or stale without failing (a loss the challenge allows, e.g.
+    inside a recovery point objective); it is dropped like any other. Returns evidence.
+    Raises `Decided`."""
     ledger = ledger_of(ctx)
     pending = pending_of(ctx)
     total = len(ledger.entries)
     seed = workload_seed(ctx)
     entries = ledger.sample(seed, ctx.territory, f"{ctx.milestone.id}:{ctx.attempt}", must)
-    others = {h: e.id for e in ledger.entries.values() for h in e.accepted}
+    others = {
+        h: e.id for e in ledger.entries.values() for h in e.accepted if h != EMPTY_SHA256
+    }
     gate = asyncio.Semaphore(REREAD_PARALLEL)
     failures: list[tuple[str, Decided]] = []
+    unanswered: list[tuple[str, Decided]] = []
     outcomes: dict[str, int] = {}
+    excused: list[str] = []
 
     async def reread(entry: Entry) -> None:
         values = [regenerate(seed, dataclasses.replace(s, territory=ctx.territory))
                   for s in entry.slots]  # fmt: skip
+        target = f"/records/{entry.id}"
+        step = f"{fault.after}, ledger re-read: GET {target}"
         async with gate:
-            target = f"/records/{entry.id}"
-            step = f"{fault.after}, ledger re-read: GET {target}"
-            response = await request(host, ctx, "GET", target, step=step)
+            try:
+                response = await request(host, ctx, "GET", target, step=step)
+            except Decided as decided:
+                outcomes["no answer"] = outcomes.get("no answer", 0) + 1
+                unanswered.append((entry.id, decided))
+                return
         outcome = classify(entry, response.status, hashlib.sha256(response.body).hexdigest())
+        if outcome in ("lost", "stale") and entry.id in forgiven:
+            outcomes[f"{outcome} (allowed)"] = outcomes.get(f"{outcome} (allowed)", 0) + 1
+            pending.forgive(entry.id)
+            excused.append(entry.id)
+            return
         outcomes[outcome or "bad_status"] = outcomes.get(outcome or "bad_status", 0) + 1
         if outcome == "ok":
             pending.count("ok", entry.id)
@@ -575,55 +603,190 @@ async def reread_ledger(
         failures.append((entry.id, Decided(verdict)))
 
     await in_order([reread(e) for e in entries])
-    if failures:
+    if failures or unanswered:
         order = {e.id: i for i, e in enumerate(entries)}
         failures.sort(key=lambda f: order[f[0]])
-        first = failures[0][1].verdict
+        unanswered.sort(key=lambda f: order[f[0]])
+        first = (failures or unanswered)[0][1].verdict
         counts = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
-        names = ", ".join(record_id for record_id, _ in failures[:5])
-        more = f" and {len(failures) - 5} more" if len(failures) > 5 else ""
-        raise Decided(
-            Verdict.failed(
-                first.failure_reason or "record_corrupted",
-                f"{fault.after}, the ledger re-read {len(entries)} of {total} acknowledged "
-                f"records: {counts}; failing: {names}{more} (each is dropped from the "
-                f"ledger now). First: {first.failure_detail}",
-            )
+        failing = failures + unanswered
+        names = ", ".join(record_id for record_id, _ in failing[:5])
+        more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        dropped = " (each lost, corrupted or stale one is dropped from the ledger now)"
+        detail = (
+            f"{fault.after}, the ledger re-read {len(entries)} of {total} records: "
+            f"{counts}; failing: {names}{more}{dropped if failures else ''}. "
+            f"First: {first.failure_detail}"
         )
+        reason = first.failure_reason or "record_corrupted"
+        if not failures and first.outcome == "referee_error":
+            raise Decided(Verdict.referee_error(reason, detail))
+        raise Decided(Verdict.failed(reason, detail))
     for index in range(UNWRITTEN_AFTER_FAULT):
         record_id = unwritten_id(seed, ctx.territory, ctx.milestone.id, ctx.attempt, 100 + index)
         await probe_unwritten(
             host, ctx, record_id, step=f"{fault.after}, GET /records/{record_id} (never written)"
         )
-    return {"reread": len(entries), "ledger_records": total, "sampled": len(entries) < total}
+    return {
+        "reread": len(entries),
+        "ledger_records": total,
+        "sampled": len(entries) < total,
+        **({"allowed_losses": len(excused)} if excused else {}),
+    }
+
+
+FAULT_WRITERS = 2
+"""PUT streams kept running while a fault is injected, so that the fault lands on a
+service with writes just acknowledged and others in flight (Jepsen's way), never on a
+quiet one."""
+STREAM_MAX = 48
+"""At most this many stream records per fault round."""
+STREAM_PAUSE_S = 0.005
+"""Each stream writer waits this long between its PUTs."""
+CONFIRM_ROUNDS = 3
+"""Fault rounds an attempt needs, all clean, once the territory's service has lost,
+corrupted or served a stale acknowledged record anywhere in the match: a service that
+loses writes now and then must not pass on one lucky attempt."""
+
+
+@dataclasses.dataclass
+class _Stream:
+    """PUTs of fresh records kept going while a fault is injected. Each answer's arrival is
+    timed, so that afterwards only writes acknowledged before the fault's destructive
+    step (`Host.last_fault_at`) must survive it; later ones, and requests that left
+    without an answer, are indeterminate."""
+
+    host: Host
+    ctx: CheckContext
+    seed: bytes
+    suffix: str
+    done: list[tuple[Record, float | None]] = dataclasses.field(default_factory=list)
+    in_flight: set[Record] = dataclasses.field(default_factory=set)
+    issued: int = 0
+    stopped: bool = False
+
+    def _next(self) -> Record:
+        name = f"stream-{self.issued}{self.suffix}"
+        self.issued += 1
+        slot = Slot(self.ctx.territory, self.ctx.milestone.id, self.ctx.attempt, name)
+        return make_record(self.seed, slot)
+
+    async def writer(self) -> None:
+        limits = limits_of(self.ctx)
+        while not self.stopped and self.issued < STREAM_MAX:
+            record = self._next()
+            self.in_flight.add(record)
+            try:
+                response = await http_request(
+                    self.host, self.ctx.challenge.port, "PUT", f"/records/{record.id}",
+                    body=record.value, limits=limits,
+                )  # fmt: skip
+            except ProbeError as exc:
+                self.in_flight.discard(record)
+                if exc.phase != "connect":
+                    self.done.append((record, None))
+                await asyncio.sleep(0.02)
+                continue
+            except (HostError, OSError):
+                self.in_flight.discard(record)
+                await asyncio.sleep(0.02)
+                continue
+            self.in_flight.discard(record)
+            if 200 <= response.status < 300:
+                self.done.append((record, time.monotonic()))
+            await asyncio.sleep(STREAM_PAUSE_S)
+
+    def settle(self, pending: Pending, cutoff: float) -> tuple[int, int]:
+        """Put every stream write into the ledger: acknowledged when its answer came
+        before `cutoff`, else indeterminate. Returns (acknowledged, indeterminate)."""
+        acknowledged = indeterminate = 0
+        for record in self.in_flight:
+            self.done.append((record, None))
+        self.in_flight.clear()
+        for record, answered in self.done:
+            sure = answered is not None and answered < cutoff
+            pending.write(record.id, record.value, record.slot, acknowledged=sure)
+            acknowledged += sure
+            indeterminate += not sure
+        return acknowledged, indeterminate
+
+
+async def _fault_round(
+    host: Host, ctx: CheckContext, fault: Fault, round_no: int
+) -> dict[str, Any]:
+    """One round: PUT a record of every kind (no read-back: the fault must not find a
+    service that was just asked to read), inject `fault` while two streams of PUTs
+    run, wait for health, check who holds the port (processes started after the fault
+    began), and re-read the whole ledger. Returns evidence; raises `Decided`."""
+    seed = workload_seed(ctx)
+    suffix = "" if round_no == 1 else f"@{round_no}"
+
+    def slot(name: str) -> Slot:
+        return Slot(ctx.territory, ctx.milestone.id, ctx.attempt, name + suffix)
+
+    before = f"before the {fault.name}, "
+    records: list[Record] = []
+    text: Record | None = None
+    if round_no == 1:
+        text = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
+        records.append(text)
+    first = make_record(seed, slot("overwrite-1"))
+    records += [
+        make_record(seed, slot("binary")),
+        make_record(seed, slot("empty")),
+        make_record(seed, slot("large")),
+        first,
+        make_record(seed, slot("overwrite-2"), id_of=slot("overwrite-1")),
+    ]
+    for record in records:
+        await put_record(host, ctx, record, step=f"{before}PUT /records/{record.id}")
+    stream = _Stream(host, ctx, seed, suffix)
+    since = host.clock_ticks()
+    began = time.monotonic()
+    writers = [asyncio.create_task(stream.writer()) for _ in range(FAULT_WRITERS)]
+    try:
+        fault_ms = await inject(host, ctx, fault)
+    finally:
+        stream.stopped = True
+        for task in writers:
+            task.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        at = host.last_fault_at
+        # No destructive step after the streams began: every answer came before any fault.
+        cutoff = at if at is not None and at >= began else float("inf")
+        in_flight = stream.settle(pending_of(ctx), cutoff)
+    ready_ms = await wait_healthy(host, ctx, fault)
+    step = f"{fault.after}, owner of port {ctx.challenge.port}"
+    if owned := await port_ownership_verdict(host, ctx, step=step, since=since, fault=fault.name):
+        raise Decided(owned)
+    started = time.monotonic()
+    must = {r.id for r in records} | {r.id for r, _ in stream.done}
+    reread = await reread_ledger(host, ctx, fault, must)
+    evidence: dict[str, Any] = {
+        fault.name: True,
+        "attempt": ctx.attempt,
+        "fault_ms": fault_ms,
+        "ready_ms": ready_ms,
+        "read_ms": int((time.monotonic() - started) * 1000),
+        "written_before_fault": len(records),
+        "in_flight_acknowledged": in_flight[0],
+        "in_flight_indeterminate": in_flight[1],
+        **reread,
+    }
+    if text is not None:
+        evidence = {"record": text.id, "value": text.value.decode(), **evidence}
+    return evidence
 
 
 async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
     async def run() -> dict[str, Any]:
-        record = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
-        before = f"before the {fault.name}, "
-        await put_record(host, ctx, record, step=f"{before}PUT /records/{record.id}")
-        await read_record(host, ctx, record.id, [record.value],
-                          step=f"{before}GET /records/{record.id}")  # fmt: skip
-        fault_ms = await inject(host, ctx, fault)
-        ready_ms = await wait_healthy(host, ctx, fault)
-        step = f"{fault.after}, owner of port {ctx.challenge.port}"
-        if owned := await port_ownership_verdict(
-            host, ctx, step=step, after_restart=fault.name == "restart"
-        ):
-            raise Decided(owned)
-        started = time.monotonic()
-        reread = await reread_ledger(host, ctx, fault, {record.id})
-        return {
-            "record": record.id,
-            "value": record.value.decode(),
-            fault.name: True,
-            "attempt": ctx.attempt,
-            "fault_ms": fault_ms,
-            "ready_ms": ready_ms,
-            "read_ms": int((time.monotonic() - started) * 1000),
-            **reread,
-        }
+        summary = ledger_of(ctx).summary
+        rounds = 1 if summary.lost + summary.corrupted + summary.stale == 0 else CONFIRM_ROUNDS
+        evidence: dict[str, Any] = {}
+        for round_no in range(1, rounds + 1):
+            found = await _fault_round(host, ctx, fault, round_no)
+            evidence = {**found, **{k: v for k, v in evidence.items() if k in ("record", "value")}}
+        return {**evidence, "rounds": rounds}
 
     return await _decide(run())
 

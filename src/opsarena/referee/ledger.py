@@ -67,6 +67,8 @@ class LedgerCounts(BaseModel):
     corrupted: int = Field(default=0, ge=0)
     stale: int = Field(default=0, ge=0)
     unexpected: int = Field(default=0, ge=0)
+    forgiven: int = Field(default=0, ge=0)
+    """Lost or stale records the challenge allowed to be (a recovery point objective)."""
 
 
 class LedgerUpdate(BaseModel):
@@ -95,6 +97,9 @@ class LedgerSummary(BaseModel):
     corrupted: int = 0
     stale: int = 0
     unexpected: int = 0
+    forgiven: int = 0
+    """Lost or stale records the challenge allowed to be (backup-restore's recovery
+    point objective); dropped like the others, but not a failure."""
     records: int = 0
     """Records in the ledger now (acknowledged, not dropped)."""
 
@@ -152,6 +157,7 @@ class Ledger:
         s.corrupted += c.corrupted
         s.stale += c.stale
         s.unexpected += c.unexpected
+        s.forgiven += c.forgiven
         for record_id in update.dropped:
             self.entries.pop(record_id, None)
         s.records = len(self.entries)
@@ -259,6 +265,13 @@ class Pending:
             return
         setattr(self.checked, outcome, getattr(self.checked, outcome) + 1)
         if record_id is not None and outcome != "unexpected" and record_id not in self.dropped:
+            self.dropped.append(record_id)
+
+    def forgive(self, record_id: str) -> None:
+        """`record_id` read back lost or stale where the challenge allows it: counted as
+        forgiven and dropped (a later re-read must not find it missing again)."""
+        self.checked.forgiven += 1
+        if record_id not in self.dropped:
             self.dropped.append(record_id)
 
     def update(self) -> LedgerUpdate:

@@ -1,5 +1,5 @@
 """The referee's use of kernel facts: whether the process answering on the service's port
-is the competitor's unit, and (after a restart) a new one.
+is the competitor's unit, and (after a fault that killed it) a new one.
 
 A server the unit does not own (a decoy started outside it, or a `KillMode=process`
 child that outlived a restart) can answer every probe while the unit itself is
@@ -15,7 +15,7 @@ import time
 
 from opsarena.challenges.checks import CheckContext, Verdict
 from opsarena.errors import HostError
-from opsarena.hosts import Host, Proc, ServiceRestart
+from opsarena.hosts import Host, Proc
 from opsarena.referee.failures import REASONS, Observation, classify_error, describe_error
 
 REASON = "port_not_owned_by_unit"
@@ -32,14 +32,16 @@ def judge_port_ownership(
     members: list[Proc],
     *,
     init: Proc | None = None,
-    restart: ServiceRestart | None = None,
+    since: int | None = None,
+    fault: str = "restart",
 ) -> str | None:
     """None when `port` is held by the unit: every holder of its listening socket is a
     process of `unit` (`members`) or the host's `init` (socket activation), at least one
-    is of the unit, and (given the `restart` just made) none was in the unit before it
-    or started before it (a process kept outside the unit over the restart and moved
-    back in is not new). Else one
-    line saying what is wrong. Pids in the text are the host's own numbers. Pure."""
+    is of the unit, and (given `since`, the instant a fault that killed the service
+    began, in the unit of `Proc.start`) every one of the unit's holders started at or
+    after it: a process kept outside the unit over the `fault` and moved back in is not
+    new. Else one line saying what is wrong. Pids in the text are the host's own
+    numbers. Pure."""
     if not owners:
         return f"no process of the host holds a socket listening on port {port}"
     unit_set = set(members)
@@ -52,23 +54,28 @@ def judge_port_ownership(
     of_unit = [proc for proc in owners if proc in unit_set]
     if not of_unit:
         return f"port {port} is held only by the host's init, no process of {unit} holds it"
-    if restart is not None:
-        old = set(restart.before)
-        stale = [proc for proc in of_unit if proc in old or proc.start < restart.started]
+    if since is not None:
+        stale = [proc for proc in of_unit if proc.start < since]
         if stale:
             return (
                 f"port {port} is held by PID {_names(stale)}, a process from before the "
-                f"restart of {unit}"
+                f"{fault} of {unit}"
             )
     return None
 
 
 async def port_ownership_verdict(
-    host: Host, ctx: CheckContext, *, step: str, after_restart: bool = False
+    host: Host,
+    ctx: CheckContext,
+    *,
+    step: str,
+    since: int | None = None,
+    fault: str = "restart",
 ) -> Verdict | None:
     """None when the challenge's port is held by its unit (see `judge_port_ownership`;
-    with `after_restart`, by a process the host's latest restart started); else the
-    verdict: `port_not_owned_by_unit`, or the failure table's row for a host error."""
+    with `since`, by processes started at or after that instant, `Host.clock_ticks()`
+    taken before the `fault`); else the verdict: `port_not_owned_by_unit`, or the
+    failure table's row for a host error."""
     port, unit = ctx.challenge.port, ctx.challenge.unit
     started = time.monotonic()
     try:
@@ -81,9 +88,8 @@ async def port_ownership_verdict(
         if row.category == "referee_error":
             return Verdict.referee_error(row.reason, detail)
         return Verdict.failed(row.reason, detail)
-    restart = host.last_restart if after_restart else None
     problem = judge_port_ownership(
-        port, unit, owners, members, init=host.init_process, restart=restart
+        port, unit, owners, members, init=host.init_process, since=since, fault=fault
     )
     if problem is None:
         return None

@@ -63,9 +63,16 @@ def slot_id(seed: bytes, slot: Slot) -> str:
     return f"record-{_key(seed, [*slot.label(), 'id'])[:8].hex()}"
 
 
+def slot_kind(name: str) -> str:
+    """The kind of value a slot's name asks for: the part before any `@` (`binary@2` is a
+    second round's binary value)."""
+    return name.split("@", 1)[0]
+
+
 def slot_value(seed: bytes, slot: Slot) -> bytes:
-    """The bytes of `slot`'s value; the kind of value follows from the slot's name."""
-    name = slot.name
+    """The bytes of `slot`'s value; the kind of value follows from the slot's name
+    (`slot_kind`): text, binary, empty, large, else 512 random bytes."""
+    name = slot_kind(slot.name)
     if name == "text":
         return derive_record(seed, slot.territory, slot.milestone, slot.attempt)[1].encode()
     key = _key(seed, [*slot.label(), "value"])

@@ -72,7 +72,7 @@ function failureBlock(name, territory) {
 function ledgerLine(l) {
   return `${l.acknowledged} acknowledged, ${l.verified} verified, ${l.lost} lost, ` +
     `${l.corrupted} corrupted, ${l.stale} stale, ${l.unexpected} unexpected, ` +
-    `${l.indeterminate} indeterminate`;
+    (l.forgiven ? `${l.forgiven} forgiven, ` : "") + `${l.indeterminate} indeterminate`;
 }
 
 function card(name, territory, record) {
