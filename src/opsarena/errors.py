@@ -5,6 +5,8 @@ Anything that is not an `OpsArenaError` is a bug in opsarena and is raised norma
 
 from __future__ import annotations
 
+import errno
+
 
 class OpsArenaError(Exception):
     """A problem the user can act on. `str(error)` is one line saying what is wrong and,
@@ -30,6 +32,19 @@ class HostUnavailableError(HostError):
 
 class HostBootError(HostError):
     """A host did not boot (or did not come back from a reboot) within its time limit."""
+
+
+class BootFailedError(HostBootError):
+    """The host booted into a state only its own contents explain: its systemd answered,
+    but reached emergency or rescue mode, or was still starting units when the time was
+    up. The competitor's doing (a broken fstab, a unit that holds the boot), not the
+    arena's."""
+
+
+class PathMissingError(HostError):
+    """A directory a fault needs (a disk loss's data directory) is not a plain directory
+    in the host: missing, a symlink on the way, or holding a mount point. The
+    competitor's doing: the challenge told it where to keep its data."""
 
 
 class ImageMissingError(HostError):
@@ -143,3 +158,16 @@ class HostDownError(HostUnavailableError):
 class TournamentError(OpsArenaError):
     """A tournament file is missing or invalid (one line per problem, naming the file and
     the field), or a tournament id is unknown or cannot be resumed."""
+
+
+class HostNetworkRefusedError(ConnectionError):
+    """A connection made inside a host's own network namespace was refused by that
+    network before it reached the port: no route, the interface down, a firewall rule,
+    no local port left (ENETUNREACH, EHOSTUNREACH, ENETDOWN, EACCES, EPERM,
+    EADDRNOTAVAIL from connect). The competitor is root there, so it is the competitor's
+    doing; `errno` keeps the kernel's."""
+
+    NETWORK_ERRNOS = frozenset(
+        {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EACCES, errno.EPERM,
+         errno.EADDRNOTAVAIL}
+    )  # fmt: skip

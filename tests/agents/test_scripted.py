@@ -37,6 +37,9 @@ CALIBRATION_BUILDERS = (
     # zero-downtime-deploy's (tests/challenges/test_zero_downtime_deploy.py).
     "deploy-stop-start", "deploy-fresh-data", "deploy-newest-only", "deploy-v2-first",
     "deploy-no-command",
+    # backup-restore's (tests/challenges/test_backup_restore.py).
+    "backup-once", "backup-in-datadir", "backup-not-enabled", "stores-elsewhere",
+    "restore-broken",
 )  # fmt: skip
 SMALL_ID = "rec-small"
 BINARY_ID = "rec.binary_1"

@@ -214,14 +214,19 @@ async def test_reboot_keeps_disk_and_enabled_units_only(driver: HostDriver, hard
         await install_unit(host, "keeper.service", "/bin/sleep infinity", enable=True)
         await install_unit(host, "loner.service", "/bin/sleep infinity", enable=False)
         assert await unit_active(host, "loner.service") == "active"
-        for path in ("/var/lib/kept/file", "/run/gone", "/tmp/gone"):
+        # /dev/shm is memory too: a "RAM disk" must not outlive a reboot (podman keeps a
+        # container's shm mount over stop and start; the driver empties it).
+        for path in ("/var/lib/kept/file", "/run/gone", "/tmp/gone", "/dev/shm/gone"):
             await host.write_file(path, b"before reboot")
+        await host.exec("mkdir -p /dev/shm/dir/sub && ln -s / /dev/shm/dir/root", timeout=10)
         old_boot = await host.exec(["cat", "/proc/1/stat"], timeout=10)
 
         await host.reboot(hard=hard)
 
         assert host.boots == 2
         assert await host.read_file("/var/lib/kept/file") == b"before reboot"
+        shm = await host.exec("ls -A /dev/shm", timeout=10)
+        assert shm.stdout == b""
         for path in ("/run/gone", "/tmp/gone"):
             with pytest.raises(HostFileError):
                 await host.read_file(path)

@@ -10,8 +10,8 @@ import pytest
 
 from opsarena.errors import UnitMissingError
 from opsarena.hosts.crash import gone, unit_name
-from opsarena.hosts.kernel import Proc
 from opsarena.hosts.diskserver import BLOCK, WriteCache
+from opsarena.hosts.kernel import Proc
 
 
 @pytest.mark.parametrize(

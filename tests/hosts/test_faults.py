@@ -17,11 +17,13 @@ from opsarena.errors import (
     FaultUnsupportedError,
     HostError,
     HostNotFoundError,
+    PathMissingError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     UnitMissingError,
 )
 from opsarena.hosts import (
+    FAULT_DISK_LOSS,
     FAULT_POWER_CUT,
     FAULT_SERVICE_CRASH,
     Host,
@@ -171,6 +173,57 @@ async def test_power_cut_loses_unsynced_writes_keeps_synced_ones_and_reboots(
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
     assert not PowerDisk.of(driver.host_name(match_id, "a")).exists()
+
+
+async def test_a_disk_loss_empties_one_directory_kills_everything_and_boots(
+    driver: HostDriver,
+) -> None:
+    require(driver, FAULT_DISK_LOSS)
+    match_id = new_match_id("loss")
+    try:
+        host = await make_host(driver, match_id)
+        await install(host, "enabled.service", "/bin/sleep 1000", restart="always")
+        await host.exec("systemctl enable enabled.service", timeout=10)
+        await install(host, "loner.service", "/bin/sleep 1001", restart="always")
+        made = await host.exec(
+            "set -e; mkdir -p /srv/data/sub /srv/keep; echo a > /srv/data/a; "
+            "echo b > /srv/data/sub/b; echo .h > /srv/data/.hidden; ln -s /etc /srv/data/etc; "
+            "ln -s /srv/keep/k /srv/data/k; echo keep > /srv/keep/k; echo shm > /dev/shm/s; "
+            "ln -s /srv/data /srv/alias",
+            timeout=10,
+        )
+        assert made.exit_code == 0, made.stderr
+
+        # Refused, with nothing done: a missing path, a symlink on the way, a mount below.
+        for bad in ("/srv/none", "/srv/alias", "/srv/data/etc", "relative", "/", "/srv/../etc"):
+            with pytest.raises(PathMissingError):
+                await host.lose_directory(bad)
+        # Hosts lack CAP_SYS_ADMIN today, so this mount is refused; were it allowed, the
+        # loss must refuse the directory rather than empty another file system.
+        await host.exec(
+            "mkdir /srv/data/m && mount -t tmpfs none /srv/data/m || rmdir /srv/data/m",
+            timeout=10,
+        )
+        if (await host.exec("mountpoint -q /srv/data/m", timeout=10)).exit_code == 0:
+            with pytest.raises(PathMissingError, match="mount point"):
+                await host.lose_directory("/srv/data")
+            await host.exec("umount /srv/data/m && rmdir /srv/data/m", timeout=10)
+        assert host.boots == 1
+        assert (await host.read_file("/srv/data/sub/b")) == b"b\n"
+
+        removed = await host.lose_directory("/srv/data")
+
+        assert removed == 6  # a, sub/b, sub, .hidden, etc, k
+        assert host.boots == 2
+        listed = await host.exec("ls -A /srv/data; echo --; cat /srv/keep/k; ls /etc/passwd; "
+                                 "ls -A /dev/shm", timeout=10)  # fmt: skip
+        assert listed.stdout.decode().split() == ["--", "keep", "/etc/passwd"]
+        state = await host.exec(
+            "systemctl is-active enabled.service; systemctl is-active loner.service", timeout=10
+        )
+        assert state.stdout.decode().split() == ["active", "inactive"]
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))
 
 
 def runc_ids() -> set[str]:

@@ -12,12 +12,15 @@ import pytest
 
 from opsarena.challenges import Verdict
 from opsarena.errors import (
+    BootFailedError,
     HostBootError,
     HostDownError,
     HostError,
     HostFileError,
+    HostNetworkRefusedError,
     HostNotFoundError,
     HostUnavailableError,
+    PathMissingError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
@@ -54,6 +57,9 @@ CASES: list[tuple[BaseException, str, str]] = [
     (HostDownError("stopped by itself"), "host_down", "verification_failed"),
     (HostNotFoundError("gone"), "host_unavailable", "referee_error"),
     (HostBootError("not ready"), "reboot_unconfirmed", "referee_error"),
+    (BootFailedError("maintenance"), "boot_failed", "verification_failed"),
+    (PathMissingError("no such directory"), "path_missing", "verification_failed"),
+    (HostNetworkRefusedError(101, "unreachable"), "network_unreachable", "verification_failed"),
     (HostFileError("odd"), "host_unavailable", "referee_error"),
     (HostError("other"), "host_unavailable", "referee_error"),
     (PermissionError(1, "setns"), "probe_error", "referee_error"),

@@ -7,11 +7,18 @@ competitor's execs, file transfers, restarts and reboots run at once; the next o
 waits for a slot, inside this competitor's own queue, so a competitor that fires 16
 execs at once only queues behind itself. The referee never uses this handle: its
 probes and faults are not counted against (nor slowed by) the competitor's cap.
+
+While the referee runs a fault milestone on the territory it holds the handle
+(`held()`): new operations wait until the attempt ends, so a competitor cannot restart
+its unit by hand during a crash, or copy acknowledged records out and write them back
+after a power cut. Operations already running go on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from opsarena.hosts import (
     DEFAULT_FILE_LIMIT,
@@ -39,6 +46,9 @@ class ThrottledHost(Host):
         self.match_id = host.match_id
         self.limit = limit
         self._slots = asyncio.Semaphore(limit)
+        self._open = asyncio.Event()
+        self._open.set()
+        self._holds = 0
         self.in_flight = 0
         self.peak = 0
 
@@ -46,7 +56,21 @@ class ThrottledHost(Host):
     def boots(self) -> int:
         return self.inner.boots
 
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """For the duration, every new operation through this handle waits."""
+        self._holds += 1
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if self._holds == 0:
+                self._open.set()
+
     async def _enter(self) -> None:
+        while not self._open.is_set():
+            await self._open.wait()
         await self._slots.acquire()
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
@@ -130,4 +154,5 @@ class ThrottledHost(Host):
     async def connect(
         self, port: int, *, timeout: float = 5.0
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        await self._open.wait()
         return await self.inner.connect(port, timeout=timeout)

@@ -3,6 +3,7 @@
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_DISK_LOSS,
     FAULT_POWER_CUT,
     FAULT_SERVICE_CRASH,
     ExecResult,
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_FILE_LIMIT",
     "DEFAULT_IMAGE",
     "DEFAULT_OUTPUT_LIMIT",
+    "FAULT_DISK_LOSS",
     "FAULT_POWER_CUT",
     "FAULT_SERVICE_CRASH",
     "ExecResult",

@@ -35,6 +35,9 @@ FAULT_SERVICE_CRASH = "crash"
 FAULT_POWER_CUT = "power-cut"
 """`Host.power_cut`: every process dies and every write not made durable may be lost."""
 
+FAULT_DISK_LOSS = "disk-loss"
+"""`Host.lose_directory`: every process dies and one directory's contents are gone."""
+
 DEFAULT_DISK_MB = 1024
 """Size of a power-cut-capable host's disk (it is also that host's exact disk quota)."""
 
@@ -291,6 +294,20 @@ class Host(abc.ABC):
         raise FaultUnsupportedError(
             f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
         )
+
+    async def lose_directory(self, path: str, *, timeout: float = 60.0) -> int:
+        """The disk holding directory `path` is lost and replaced by an empty one: every
+        process of the host dies at once (nothing is written out on the way down),
+        everything below `path` is deleted (the directory itself stays, empty; the rest of
+        the disk is kept), then the host boots and is ready, confirmed like `reboot` (new
+        init start time; `boots` grows by one). The deletion is made from outside the
+        host with no process of it running, never following a symlink. Returns how many
+        entries were deleted. Raises `PathMissingError` when `path` is not a plain
+        directory in the host (missing, a symlink on the way, or holding a mount point;
+        nothing happens then), `HostBootError` when it is not ready within `timeout`,
+        `FaultUnsupportedError` when the driver lacks the fault.
+        """
+        raise FaultUnsupportedError(f"host {self.name} cannot lose a directory")
 
     @abc.abstractmethod
     async def connect(

@@ -12,11 +12,13 @@ cgroups, but cannot make a process older than it is, hide one from the arena's
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
 import time
 from dataclasses import dataclass, field
+from stat import S_ISDIR as stat_is_dir
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 TCP_LISTEN = "0A"
@@ -242,6 +244,54 @@ def kill(procs: list[Proc], *, wait: float = 2.0) -> list[Proc]:
         finally:
             os.close(pidfd)
     return killed
+
+
+def empty_directory(path: str, *, dir_fd: int | None = None) -> int:
+    """Delete everything below the directory `path` (relative to `dir_fd` when given),
+    keeping the directory itself; return how many entries went. Nothing is followed: the
+    directory is opened with O_NOFOLLOW, every entry is looked at with lstat semantics
+    relative to its parent's descriptor (a symlink is removed, never followed), and no
+    directory on another device (a mount point) is entered. Raises `OSError` when the
+    directory cannot be opened or an entry cannot be removed (e.g. a mount point: EBUSY)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        return _empty(top, os.fstat(top).st_dev)
+    finally:
+        os.close(top)
+
+
+def mount_below(dir_fd: int) -> str | None:
+    """The path (relative to `dir_fd`) of the first directory below it on another device
+    (a mount point), or None; nothing is followed."""
+    device = os.fstat(dir_fd).st_dev
+    for top, dirs, _files, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
+        for name in dirs:
+            if os.stat(name, dir_fd=fd, follow_symlinks=False).st_dev != device:
+                return os.path.normpath(os.path.join(top, name))
+    return None
+
+
+def _empty(fd: int, device: int) -> int:
+    removed = 0
+    for name in os.listdir(fd):
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat_is_dir(info.st_mode):
+            if info.st_dev != device:
+                raise OSError(errno.EBUSY, "a mount point is in the way", name)
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            child = os.open(name, flags, dir_fd=fd)
+            try:
+                if os.fstat(child).st_ino != info.st_ino:  # swapped since the lstat
+                    raise OSError(errno.EAGAIN, "the directory changed while emptied", name)
+                removed += _empty(child, device)
+            finally:
+                os.close(child)
+            os.rmdir(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)
+        removed += 1
+    return removed
 
 
 def root_mount_read_only(init_pid: int) -> bool:

@@ -42,24 +42,28 @@ from typing import Any
 import platformdirs
 
 from opsarena.errors import (
+    BootFailedError,
     DriverMissingError,
     FaultUnsupportedError,
     HostBootError,
     HostDownError,
     HostError,
     HostFileError,
+    HostNetworkRefusedError,
     HostNotFoundError,
     HostUnavailableError,
     ImageMissingError,
+    PathMissingError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
 )
-from opsarena.hosts import crash, kernel, powerdisk
+from opsarena.hosts import crash, diskloss, kernel, powerdisk
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    FAULT_DISK_LOSS,
     FAULT_POWER_CUT,
     FAULT_SERVICE_CRASH,
     TIMEOUT_EXIT_CODE,
@@ -729,10 +733,12 @@ class PodmanHost(Host):
         try:
             if hard:
                 await self.podman.check("kill", "--signal", "KILL", self.name, timeout=timeout)
-                await self.podman.check("start", self.name, timeout=timeout)
             else:
                 # podman sends SIGRTMIN+3, systemd's "halt" request, and waits for it.
-                await self.podman.check("restart", "--time", "20", self.name, timeout=timeout)
+                await self.podman.check("stop", "--time", "20", self.name, timeout=timeout)
+            await self._wait_stopped(deadline)
+            await self._clear_shm()
+            await self.podman.check("start", self.name, timeout=timeout)
             await self._init_pid()
         finally:
             self._rebooting = False
@@ -749,6 +755,7 @@ class PodmanHost(Host):
         # connection serves every poll until it fails.
         deadline = time.monotonic() + timeout
         last = "not started"
+        answered = False
         bus: SystemdBus | None = None
         try:
             while (remaining := deadline - time.monotonic()) > 0:
@@ -756,13 +763,18 @@ class PodmanHost(Host):
                     if bus is None:
                         bus = await self._bus("readiness", max(0.5, min(remaining, 10.0)))
                     last = await asyncio.to_thread(bus.system_state)
+                    answered = True
                     if last in _READY_STATES:
                         return last
                     if last == "maintenance":  # boot failed to emergency/rescue: no healing
-                        raise HostBootError(f"{self.name} failed to boot (systemd: maintenance)")
+                        raise BootFailedError(
+                            f"{self.name} failed to boot: its systemd is in emergency or "
+                            "rescue mode (maintenance)"
+                        )
                     # "initializing", "starting": wait.
                 except HostUnavailableError as exc:  # the bus is not up yet, or went away
                     last = str(exc)
+                    answered = False
                     if bus is not None:
                         bus.close()
                         bus = None
@@ -770,6 +782,12 @@ class PodmanHost(Host):
         finally:
             if bus is not None:
                 bus.close()
+        if answered:
+            # Its systemd answers, still booting: units of the host's hold the boot.
+            raise BootFailedError(
+                f"{self.name} was still booting after {timeout:g}s (its systemd: "
+                f"{printable_state(last)}): a unit of the host holds the boot"
+            )
         raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
 
     async def disk_usage(self) -> int:
@@ -913,10 +931,8 @@ class PodmanHost(Host):
                 os.kill(pid, signal.SIGKILL)
             try:
                 await powerdisk.control(disk, "cut")
-                while (await self._inspect())["State"].get("Running"):
-                    if time.monotonic() > deadline:
-                        raise HostBootError(f"{self.name} did not stop at the power cut")
-                    await asyncio.sleep(0.01)
+                await self._wait_stopped(deadline)
+                await self._clear_shm()
                 await powerdisk.power_cycle(disk)
                 if disk.removed:
                     raise HostNotFoundError(f"host {self.name} was removed during the power cut")
@@ -935,6 +951,67 @@ class PodmanHost(Host):
             self._rebooting = False
         if (self._pid, self._boot_id) == old_boot:
             raise HostBootError(f"{self.name} did not boot after the power cut")
+
+    async def _wait_stopped(self, deadline: float) -> None:
+        while (await self._inspect())["State"].get("Running"):
+            if time.monotonic() > deadline:
+                raise HostBootError(f"{self.name} did not stop")
+            await asyncio.sleep(0.01)
+
+    async def _clear_shm(self) -> None:
+        """Empty the host's /dev/shm while it is stopped. Podman keeps a container's shm
+        mount across stop and start, so without this a "RAM disk" outlived every reboot
+        and power cut (a memory-only service passed the reboot milestones). Done from the
+        arena's side without following anything the host left (it runs nothing then)."""
+        static = str((await self._inspect()).get("StaticDir") or "")
+        shm = Path(static) / "shm"
+        if static and shm.is_dir() and not shm.is_symlink():
+            await asyncio.to_thread(kernel.empty_directory, str(shm))
+
+    async def lose_directory(self, path: str, *, timeout: float = 60.0) -> int:
+        diskloss.check_path(path)
+        deadline = time.monotonic() + timeout
+        pid = await self._init_pid()
+        old_boot = (self._pid, self._boot_id)
+        self._rebooting = True
+        self._stopped_by_arena = True
+        try:
+            self.last_fault_at = time.monotonic()
+            try:
+                loss = await asyncio.to_thread(diskloss.lose, pid, path)
+            except PathMissingError:
+                self._stopped_by_arena = False  # nothing was done: the host runs as it did
+                raise
+            except BaseException:
+                # Killed, partly emptied: the host must boot again whatever failed.
+                await asyncio.shield(self._start_again(deadline))
+                raise
+            await self._wait_stopped(deadline)
+            await self._clear_shm()
+            await self.podman.check(
+                "start", self.name, timeout=max(1.0, deadline - time.monotonic())
+            )
+            self._pid = 0
+            await self._init_pid()
+        finally:
+            self._rebooting = False
+        if (self._pid, self._boot_id) == old_boot:
+            raise HostBootError(f"{self.name} did not boot after the disk loss")
+        self._boots += 1
+        await self.wait_ready(max(1.0, deadline - time.monotonic()))
+        if self._frozen:
+            await self.freeze_disk()
+        return loss.removed
+
+    async def _start_again(self, deadline: float) -> None:
+        """Best effort: start a host the arena stopped (whatever a fault left)."""
+        try:
+            bound = max(1.0, min(RESTORE_TIMEOUT_S, deadline - time.monotonic()))
+            async with asyncio.timeout(bound):
+                await self._wait_stopped(deadline)
+                await self.podman.check("start", self.name, timeout=RESTORE_TIMEOUT_S)
+        except Exception as exc:  # logged; the original failure is the one raised
+            log.warning("could not start %s again after a failed fault: %s", self.name, exc)
 
     async def _restore_power(self, disk: powerdisk.PowerDisk) -> None:
         """Best effort after a power cut that failed midway: power on, mount, start the
@@ -976,11 +1053,22 @@ class PodmanHost(Host):
             raise HostUnavailableError(f"{self.name} is not running (init is gone)") from exc
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+                try:
+                    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+                except OSError as exc:
+                    if exc.errno in HostNetworkRefusedError.NETWORK_ERRNOS:
+                        raise HostNetworkRefusedError(exc.errno, exc.strerror) from exc
+                    raise
                 return await asyncio.open_connection(sock=sock)
         except BaseException:
             sock.close()
             raise
+
+
+def printable_state(text: str) -> str:
+    """A state string a host's systemd sent, cut short and without control characters
+    (it reaches logs and terminals)."""
+    return "".join(c if c.isprintable() else "?" for c in text[:40])
 
 
 def _require_absolute(path: str) -> None:
@@ -992,7 +1080,9 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
-    faults = frozenset({"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT})
+    faults = frozenset(
+        {"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT, FAULT_DISK_LOSS}
+    )
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()

@@ -120,11 +120,17 @@ class _Territory:
     competitor: Competitor
     agent: Agent | None
     host: Host | None = None
+    handle: ThrottledHost | None = None
+    """The competitor's own handle on `host` (what its agent acts through)."""
     ctx: AgentContext | None = None
     task: asyncio.Task[None] | None = None
     ended: bool = False
     settled: bool = False
     stop_outcome: AgentOutcome | None = None
+
+
+SETTLE_ERROR_WINDOWS = 3
+"""How many times referee errors may restart one territory's settle window."""
 
 
 class Controller:
@@ -383,7 +389,11 @@ class Controller:
                 provision_ms=int((time.monotonic() - started) * 1000),
             )
         )
-        self.referee.add_territory(name, host)
+        territory = self._territories[name]
+        # The competitor's own handle on its host: capped, and held by the referee during
+        # fault attempts (see ThrottledHost).
+        territory.handle = ThrottledHost(host)
+        self.referee.add_territory(name, host, hold=territory.handle.held)
         return None
 
     async def _preflight_one(self, name: str) -> str | None:
@@ -418,7 +428,7 @@ class Controller:
                 match_id=self.match_id,
                 territory=name,
                 brief=brief_for(plan.challenge, plan.seed),
-                host=ThrottledHost(territory.host),  # the per-competitor cap
+                host=territory.handle or ThrottledHost(territory.host),
                 deadline=deadline,
                 report=self._reporter(territory.competitor.name),
                 params=agent_params(plan.challenge, plan.seed),
@@ -546,12 +556,16 @@ class Controller:
 
     async def _settle(self, name: str, territory: _Territory) -> None:
         """The settle window after an agent ended: the referee goes on judging the
-        territory at its cadence for `settle_s`; each milestone passed restarts the
-        window; at its end an attempt in flight runs to its end, then judging stops.
+        territory at its cadence for `settle_s`; each milestone passed, and each attempt
+        that ended in a referee error (the arena's failure, not the competitor's time),
+        restarts the window; at its end an attempt in flight runs to its end, then judging
+        stops.
         Logs `judging_stopped` when the window expired, saying after which failure (a
         durable territory needs none: the fold stops its judging at its last pass)."""
         window = self.plan.challenge.settle_s
         passed = self._passed_count(name)
+        errors = self.referee.referee_errors(name)
+        extended = 0
         deadline = time.monotonic() + window
         while True:
             if self.referee.is_durable(name):  # the record says so (durable_at_ms)
@@ -560,6 +574,12 @@ class Controller:
             now_passed = self._passed_count(name)
             if now_passed > passed:
                 passed, deadline = now_passed, time.monotonic() + window
+            now_errors = self.referee.referee_errors(name)
+            if now_errors > errors and extended < SETTLE_ERROR_WINDOWS:
+                # An attempt the arena spoiled is not the competitor's time: a new window
+                # (a few at most: a host that makes every attempt an error holds nobody).
+                errors, deadline = now_errors, time.monotonic() + window
+                extended += 1
             if time.monotonic() >= deadline:
                 if await self.referee.stop_judging(name, unless_passed_beyond=passed):
                     break

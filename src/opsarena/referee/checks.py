@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import hashlib
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence, Set
 from typing import Any, TypeVar
 
 from opsarena.challenges.checks import CheckContext, Verdict, register_check
@@ -543,7 +543,8 @@ async def reread_ledger(
     fault: Fault,
     must: set[str],
     *,
-    forgiven: set[str] = frozenset(),  # type: ignore[assignment]
+    forgiven: Set[str] = frozenset(),
+    outcomes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """After `fault`: GET every ledger record (or the bounded, deterministic sample of
     them), then a few ids never written. Every record is read even after a failure (a
@@ -551,8 +552,9 @@ async def reread_ledger(
     detail counts and names them all; the attempt then fails with the first lost,
     corrupted or stale record's reason, else with the first probe error's. A record in
     `forgiven` may be lost or stale without failing (a loss the challenge allows, e.g.
-    inside a recovery point objective); it is dropped like any other. Returns evidence.
-    Raises `Decided`."""
+    inside a recovery point objective); it is dropped like any other. `outcomes`, when
+    given, gets each re-read id's outcome (ok, lost, corrupted, stale, no answer, ...),
+    also when this raises. Returns evidence. Raises `Decided`."""
     ledger = ledger_of(ctx)
     pending = pending_of(ctx)
     total = len(ledger.entries)
@@ -564,7 +566,8 @@ async def reread_ledger(
     gate = asyncio.Semaphore(REREAD_PARALLEL)
     failures: list[tuple[str, Decided]] = []
     unanswered: list[tuple[str, Decided]] = []
-    outcomes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    seen = outcomes if outcomes is not None else {}
     excused: list[str] = []
 
     async def reread(entry: Entry) -> None:
@@ -576,16 +579,18 @@ async def reread_ledger(
             try:
                 response = await request(host, ctx, "GET", target, step=step)
             except Decided as decided:
-                outcomes["no answer"] = outcomes.get("no answer", 0) + 1
+                counts["no answer"] = counts.get("no answer", 0) + 1
+                seen[entry.id] = "no answer"
                 unanswered.append((entry.id, decided))
                 return
         outcome = classify(entry, response.status, hashlib.sha256(response.body).hexdigest())
+        seen[entry.id] = outcome or "bad_status"
         if outcome in ("lost", "stale") and entry.id in forgiven:
-            outcomes[f"{outcome} (allowed)"] = outcomes.get(f"{outcome} (allowed)", 0) + 1
+            counts[f"{outcome} (allowed)"] = counts.get(f"{outcome} (allowed)", 0) + 1
             pending.forgive(entry.id)
             excused.append(entry.id)
             return
-        outcomes[outcome or "bad_status"] = outcomes.get(outcome or "bad_status", 0) + 1
+        counts[outcome or "bad_status"] = counts.get(outcome or "bad_status", 0) + 1
         if outcome == "ok":
             pending.count("ok", entry.id)
             return
@@ -608,14 +613,14 @@ async def reread_ledger(
         failures.sort(key=lambda f: order[f[0]])
         unanswered.sort(key=lambda f: order[f[0]])
         first = (failures or unanswered)[0][1].verdict
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+        tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         failing = failures + unanswered
         names = ", ".join(record_id for record_id, _ in failing[:5])
         more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
         dropped = " (each lost, corrupted or stale one is dropped from the ledger now)"
         detail = (
             f"{fault.after}, the ledger re-read {len(entries)} of {total} records: "
-            f"{counts}; failing: {names}{more}{dropped if failures else ''}. "
+            f"{tally}; failing: {names}{more}{dropped if failures else ''}. "
             f"First: {first.failure_detail}"
         )
         reason = first.failure_reason or "record_corrupted"

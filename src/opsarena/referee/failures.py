@@ -21,11 +21,14 @@ import h11
 from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
 from opsarena.challenges.model import Challenge
 from opsarena.errors import (
+    BootFailedError,
     HostBootError,
     HostDownError,
     HostError,
+    HostNetworkRefusedError,
     HostNotFoundError,
     HostUnavailableError,
+    PathMissingError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
@@ -85,6 +88,24 @@ REASONS: dict[str, Reason] = dict(
             "the port is held by a process outside the unit, or by one from before a restart",
         ),
         _row("host_down", _C, "the host stopped by itself (its init ran out of memory or exited)"),
+        _row(
+            "path_missing",
+            _C,
+            "a directory the challenge names is not a plain directory in the host (missing, "
+            "behind a symlink, or holding a mount point)",
+        ),
+        _row(
+            "boot_failed",
+            _C,
+            "the host's systemd answered but did not finish booting: emergency or rescue "
+            "mode, or units still starting when the budget ran out",
+        ),
+        _row(
+            "network_unreachable",
+            _C,
+            "the host's own network refused the connection before it reached the port (an "
+            "interface down, a route or a firewall rule in the host)",
+        ),
         _row("host_unavailable", _R, "the arena could not reach the host (podman failed)"),
         _row("reboot_unconfirmed", _R, "a reboot could not be confirmed within its bound"),
         _row("probe_error", _R, "the arena could not open a probe socket"),
@@ -118,6 +139,7 @@ def reason_problems(challenge: Challenge) -> list[str]:
 # Order matters: the first row whose type matches wins (subclasses before bases).
 _ERROR_TABLE: tuple[tuple[type[BaseException], str], ...] = (
     (ConnectionRefusedError, "connection_refused"),
+    (HostNetworkRefusedError, "network_unreachable"),
     (ConnectionResetError, "connection_reset"),
     (BrokenPipeError, "connection_reset"),
     (ConnectionAbortedError, "connection_reset"),
@@ -132,8 +154,10 @@ _ERROR_TABLE: tuple[tuple[type[BaseException], str], ...] = (
     (ServiceNotRestartedError, "not_restarted"),
     (ServiceRestartError, "restart_failed"),
     (HostDownError, "host_down"),
+    (PathMissingError, "path_missing"),
     (HostUnavailableError, "host_unavailable"),
     (HostNotFoundError, "host_unavailable"),
+    (BootFailedError, "boot_failed"),
     (HostBootError, "reboot_unconfirmed"),
     (HostError, "host_unavailable"),
     (OSError, "probe_error"),

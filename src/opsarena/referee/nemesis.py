@@ -14,11 +14,11 @@ fault names.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from opsarena.challenges.model import Challenge
+from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host
 
@@ -66,6 +66,16 @@ class Fault(abc.ABC):
     async def heal(self, host: Host, unit: str) -> None:  # noqa: B027 (optional step)
         """Bring the host back to where the service can be probed (default: nothing)."""
 
+    def with_params(self, params: Mapping[str, object]) -> Fault:
+        """This fault as a milestone configures it (its `[milestones.params]`); the
+        default takes no parameter and returns itself."""
+        return self
+
+    def param_problems(self, params: Mapping[str, object]) -> list[str]:
+        """One line per problem with what this fault needs from a milestone's params
+        (checked before a match starts and by `challenges validate`); none by default."""
+        return []
+
 
 _FAULTS: dict[str, Fault] = {}
 
@@ -94,6 +104,15 @@ async def run_fault(fault: Fault, host: Host, unit: str) -> FaultRun:
     run = await fault.confirm(host, unit, before, injected)
     await fault.heal(host, unit)
     return run
+
+
+def milestone_fault_object(milestone: Milestone) -> Fault:
+    """The fault `milestone` injects, configured with its params. `KeyError` when it
+    injects none (a bug: only fault milestones ask)."""
+    name = milestone_fault(milestone.check, milestone.fault)
+    if name is None:
+        raise KeyError(f"milestone {milestone.id} injects no fault")
+    return get_fault(name).with_params(milestone.params)
 
 
 def milestone_fault(check: str, fault: str | None) -> str | None:
@@ -127,6 +146,11 @@ def missing_faults(challenge: Challenge, supported: Iterable[str], driver: str) 
             f"challenge {challenge.name!r}: milestones {', '.join(bare)} use the check "
             'fault-durability but name no fault (add fault = "...")'
         )
+    for m in challenge.milestones:
+        name = milestone_fault(m.check, m.fault)
+        problems = _FAULTS[name].param_problems(m.params) if name is not None else []
+        if problems:
+            return f"challenge {challenge.name!r}: milestone {m.id}: {problems[0]}"
     lacking = [f for f in faults_needed(challenge) if f not in offered]
     if lacking:
         return (
@@ -165,7 +189,10 @@ class RestartFault(Fault):
 
 @register_fault
 class RebootFault(Fault):
-    """A clean reboot of the whole host; confirmed by a new boot of its init."""
+    """A reset of the whole host: every process killed at once (no shutdown, no SIGTERM:
+    a service that keeps records in memory and writes them out when asked to stop loses
+    them), then a boot; confirmed by a new boot of its init. Files are kept as written
+    (the machine's page cache survives: losing un-synced writes is `power-cut`'s)."""
 
     name = "reboot"
     host_method = "reboot"
@@ -174,13 +201,13 @@ class RebootFault(Fault):
     host_state = "rebooting"
 
     def describe(self, host: Host, unit: str) -> str:
-        return "reboot of the host"
+        return "reboot of the host (every process killed at once, then a boot)"
 
     async def before(self, host: Host, unit: str) -> int:
         return host.boots
 
     async def inject(self, host: Host, unit: str) -> int:
-        await host.reboot(timeout=self.timeout_s)
+        await host.reboot(hard=True, timeout=self.timeout_s)
         return host.boots
 
     async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
@@ -242,3 +269,48 @@ class PowerCutFault(Fault):
                 f"(boots {before} -> {injected})"
             )
         return FaultRun(f"{host.name} lost power, booted and is ready (boot {injected})")
+
+
+@register_fault
+class DiskLossFault(Fault):
+    """The disk holding the milestone's `path` lost and replaced by an empty one
+    (`Host.lose_directory`): every process killed at once, everything below `path`
+    deleted from outside, then a boot; confirmed by a new boot of the host's init."""
+
+    name = "disk-loss"
+    host_method = "lose_directory"
+    timeout_s = 90.0
+    after = "after the disk loss"
+    host_state = "rebooting"
+
+    def __init__(self, path: str = "") -> None:
+        self.path = path
+
+    def with_params(self, params: Mapping[str, object]) -> Fault:
+        return DiskLossFault(str(params.get("path", "")))
+
+    def param_problems(self, params: Mapping[str, object]) -> list[str]:
+        path = params.get("path")
+        if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "":
+            return [f"the disk-loss fault needs params.path, an absolute directory below / "
+                    f"(not {path!r})"]  # fmt: skip
+        return []
+
+    def describe(self, host: Host, unit: str) -> str:
+        where = self.path or "the data"
+        return f"loss of the disk holding {where} (every process killed, it emptied, a boot)"
+
+    async def before(self, host: Host, unit: str) -> int:
+        return host.boots
+
+    async def inject(self, host: Host, unit: str) -> int:
+        await host.lose_directory(self.path, timeout=self.timeout_s)
+        return host.boots
+
+    async def confirm(self, host: Host, unit: str, before: int, injected: int) -> FaultRun:
+        if injected != before + 1:
+            raise HostBootError(
+                f"{host.name} reported no new boot after the disk loss "
+                f"(boots {before} -> {injected})"
+            )
+        return FaultRun(f"{self.path} in {host.name} emptied, the host booted (boot {injected})")

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 Clock = Callable[[], int]
+Hold = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+"""What the referee enters around a fault attempt (the competitor's operations wait)."""
 
 PREFLIGHT_LOOKS = 3
 PREFLIGHT_GAP_S = 1.0
@@ -99,6 +101,9 @@ class TerritoryState:
     ledger: Ledger = field(default_factory=Ledger)
     stopped: bool = False
     """Judging of this territory is over (its settle window ended): no attempt starts."""
+    hold: Hold | None = None
+    """Entered around every attempt of a milestone that injects a fault: the competitor's
+    own handle on the host waits meanwhile (`ThrottledHost.held`)."""
 
 
 @dataclass(frozen=True)
@@ -157,15 +162,19 @@ class Referee:
 
     # ---- territories and their state -------------------------------------------------
 
-    def add_territory(self, territory: str, host: Host) -> None:
+    def add_territory(self, territory: str, host: Host, *, hold: Hold | None = None) -> None:
         """Judge `host` as `territory`. Must be called before `run()`; a territory added
-        twice is a bug (`ValueError`)."""
+        twice is a bug (`ValueError`). `hold`, when given, is entered around each attempt
+        of a milestone that injects a fault (the controller pauses the competitor's own
+        operations on the host meanwhile)."""
         if territory in self._territories:
             raise ValueError(f"territory {territory!r} was added already")
         if self._running:
             raise RuntimeError("add every territory before run() starts")
         self._territories[territory] = TerritoryState(
-            host=host, milestones={m.id: MilestoneState() for m in self.challenge.milestones}
+            host=host,
+            milestones={m.id: MilestoneState() for m in self.challenge.milestones},
+            hold=hold,
         )
 
     @property
@@ -455,8 +464,13 @@ class Referee:
             ledger=state.ledger if pending is not None else Ledger(),
             pending=pending or Pending(territory, milestone.id, 1, None),
         )
+        faulty = milestone_fault(milestone.check, milestone.fault) is not None
         try:
-            verdict = await self._checks[milestone.id](state.host, ctx)
+            if faults and faulty and state.hold is not None:
+                async with state.hold():
+                    verdict = await self._checks[milestone.id](state.host, ctx)
+            else:
+                verdict = await self._checks[milestone.id](state.host, ctx)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -478,7 +492,10 @@ class Referee:
         self, territory: str, milestone: str, attempt: int, kind: FaultKind
     ) -> int:
         host = self._state(territory).host
+        configured = self.challenge.milestone(milestone)
         fault = get_fault(kind)
+        if milestone_fault(configured.check, configured.fault) == kind:
+            fault = fault.with_params(configured.params)
         ids = {"territory": territory, "milestone": milestone, "attempt": attempt, "fault": kind}
         if fault.host_state is not None:
             await self.emit("host_state", {"territory": territory, "state": fault.host_state})

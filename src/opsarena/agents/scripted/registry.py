@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from opsarena.agents.scripted.backup import BACKUP_BUILDERS
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
@@ -61,6 +62,7 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     RacyBuilder,
     SlowStartBuilder,
     *DURABILITY_BUILDERS,
+    *BACKUP_BUILDERS,
     TlsSelfSignedBuilder,
     TlsLegacyBuilder,
     TlsNoRedirectBuilder,
