@@ -35,7 +35,8 @@ from tests.integrations.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.hosts
 
-INSPECT = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "inspect")
+INSPECT = str(Path(sys.executable).with_name("inspect"))
+"""The `inspect` CLI of the interpreter running the tests (a worktree may have no .venv)."""
 MODEL = "mockllm/model"
 SETTLE_S = 3.0
 """The scorer's settle window in these tests (the challenge's 30 s would only slow them)."""
