@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.model import ModelUsage
 
+from opsarena.challenges.catalog import builtin_names
 from opsarena.errors import OpsArenaError
 from opsarena.integrations.inspect import commands
 from opsarena.integrations.inspect.sandbox import OpsarenaSandboxConfig, load_config
@@ -207,7 +208,8 @@ def test_one_task_per_builtin_challenge_found_through_the_entry_point() -> None:
 
 def test_the_sample_input_is_the_brief_and_when_it_is_judged() -> None:
     from opsarena.challenges.catalog import builtin_challenge
-    from opsarena.integrations.inspect.tasks import challenge_task, sample_input
+    from opsarena.integrations.inspect.scorer import sample_input
+    from opsarena.integrations.inspect.tasks import challenge_task
 
     challenge = builtin_challenge("durable-records")
     text = sample_input(challenge.brief, challenge.total_points, challenge.settle_s)
@@ -216,3 +218,61 @@ def test_the_sample_input_is_the_brief_and_when_it_is_judged() -> None:
     assert f"up to {challenge.settle_s:g} s" in text
     task = challenge_task("durable-records")
     assert [s.input for s in task.dataset] == [text]
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_no_dataset_input_holds_a_placeholder(name: str) -> None:
+    """Before a host exists there is no seed: the dataset's input shows each of the
+    brief's variables as `<name>`; the setup step gives the agent the rendered brief
+    (tests/integrations/test_inspect_challenges.py)."""
+    from opsarena.challenges.catalog import builtin_challenge
+    from opsarena.integrations.inspect.tasks import challenge_task
+
+    challenge = builtin_challenge(name)
+    [sample] = list(challenge_task(name).dataset)
+    assert isinstance(sample.input, str) and "{{" not in sample.input
+    for variable in challenge.brief_variables():
+        assert f"<{variable}>" in sample.input
+
+
+def test_the_sample_seed_hides_itself_and_opens_its_commitment() -> None:
+    from opsarena.integrations.inspect.sandbox import SampleSeed
+    from opsarena.match.commitment import reveal_problem
+
+    seed = SampleSeed.draw("inspect-abc")
+    assert seed.seed.hex() not in repr(seed) and seed.nonce.hex() not in repr(seed)
+    assert reveal_problem("inspect-abc", seed.commitment, seed.seed.hex(), seed.nonce.hex()) is None
+    assert SampleSeed.draw("inspect-abc").seed != seed.seed
+    score = score_of(_judgement(4, None), {}, None, seed)
+    assert score.metadata is not None
+    assert (score.metadata["seed_nonce"], score.metadata["seed_commitment"]) == (
+        seed.nonce.hex(),
+        seed.commitment,
+    )
+    assert score.metadata["match_id"] == "inspect-abc"
+
+
+def test_a_power_cut_disk_only_for_a_challenge_that_cuts_the_power() -> None:
+    from opsarena.challenges.catalog import builtin_challenge
+    from opsarena.integrations.inspect.sandbox import needs_power_cut
+    from opsarena.referee.nemesis import faults_needed
+
+    assert not needs_power_cut(None)
+    for name in builtin_names():
+        challenge = builtin_challenge(name)
+        assert needs_power_cut(challenge) == ("power-cut" in faults_needed(challenge))
+    assert needs_power_cut(builtin_challenge("crash-safe-records"))
+    assert not needs_power_cut(builtin_challenge("durable-records"))
+
+
+def test_a_challenge_adding_packages_runs_on_its_own_image(tmp_path: Path) -> None:
+    from opsarena.challenges.catalog import builtin_root
+    from opsarena.hosts.image import image_for
+
+    text = (builtin_root() / "durable-records" / "challenge.toml").read_text()
+    file = tmp_path / "with-packages.toml"
+    file.write_text(f'packages = ["jq"]\n{text}')
+    config = OpsarenaSandboxConfig(challenge=str(file))
+    assert config.host_image() == image_for(["jq"], "localhost/opsarena-host:bookworm")
+    assert config.host_image() != "localhost/opsarena-host:bookworm"
+    assert OpsarenaSandboxConfig(challenge=str(file), image="x").host_image() == "x"

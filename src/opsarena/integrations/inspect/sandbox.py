@@ -2,7 +2,12 @@
 
 Each sample gets one fresh host from a `HostDriver` (podman by default), labelled with
 a match id starting `inspect-`, and removed at sample cleanup; task cleanup and
-`inspect sandbox cleanup opsarena` sweep whatever a crash left. Every request runs
+`inspect sandbox cleanup opsarena` sweep whatever a crash left. With a `challenge` in
+the config the host is made for it, as a match makes a territory's: a power-cut disk
+when a milestone cuts the power, and a secret seed drawn for the sample (`SampleSeed`)
+with which the challenge's setup is placed on the host before anything else runs
+there; the seed stays in this process (the brief and the referee use it), only its
+commitment is published until the score reveals it. Every request runs
 inside the host through `Host.exec`, as confined as the competitor; the arena never
 runs a program from the host's filesystem itself. What `Host` lacks (cwd, env,
 switching user, killing a whole process tree) is composed in the host by
@@ -17,6 +22,7 @@ import logging
 import os
 import secrets
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
 
@@ -32,10 +38,22 @@ from inspect_ai.util import (
 from inspect_ai.util._sandbox.environment import SandboxUnavailableError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from opsarena.challenges.catalog import find_challenge
+from opsarena.challenges.catalog import find_challenge, place_challenge
+from opsarena.challenges.model import Challenge
 from opsarena.errors import HostError, HostNotFoundError, HostUnavailableError, OpsArenaError
-from opsarena.hosts import DEFAULT_IMAGE, ExecResult, Host, HostDriver, HostSpec, get_driver
+from opsarena.hosts import (
+    DEFAULT_IMAGE,
+    FAULT_POWER_CUT,
+    ExecResult,
+    Host,
+    HostDriver,
+    HostSpec,
+    get_driver,
+)
+from opsarena.hosts.image import build_image, image_for
 from opsarena.integrations.inspect import commands
+from opsarena.match.commitment import new_nonce, seed_commitment
+from opsarena.referee.nemesis import faults_needed, missing_faults
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +62,42 @@ MATCH_PREFIX = "inspect-"
 
 FILE_TIMEOUT_S = 600.0
 KILL_TIMEOUT_S = 30.0
+SEED_BYTES = 32
 _FILE_HEADER_BYTES = 64
+
+
+@dataclass(frozen=True)
+class SampleSeed:
+    """The secret seed of one sample's host, drawn when the host is made.
+
+    It renders the brief the agent reads, places the challenge's setup, and keys the
+    referee's preflight and its judgement, as a match's seed does. It never enters the
+    host; `commitment` (the match commit-reveal, `opsarena.match.commitment`, with the
+    host's match id) may be published before the score reveals `seed` and `nonce`.
+    """
+
+    match_id: str
+    seed: bytes = field(repr=False)
+    nonce: bytes = field(repr=False)
+
+    @classmethod
+    def draw(cls, match_id: str) -> SampleSeed:
+        return cls(match_id, secrets.token_bytes(SEED_BYTES), new_nonce())
+
+    @property
+    def commitment(self) -> str:
+        return seed_commitment(self.match_id, self.nonce, self.seed)
 
 
 class OpsarenaSandboxConfig(BaseModel):
     """How the `opsarena` sandbox makes its hosts.
 
-    `challenge` (a built-in name or a path) takes the host image from the challenge
-    unless `image` is given too. `exec_timeout_s` bounds a command run without a
-    timeout (Inspect allows none; every `Host` call has one). `match_prefix` starts
-    the match id of every host (it must start with `inspect-`, which cleanup sweeps).
+    `challenge` (a built-in name or a path) makes each host for that challenge: its
+    image (unless `image` is given too), a power-cut disk when its milestones cut the
+    power, and its setup placed with the sample's seed. `exec_timeout_s` bounds a
+    command run without a timeout (Inspect allows none; every `Host` call has one).
+    `match_prefix` starts the match id of every host (it must start with `inspect-`,
+    which cleanup sweeps).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -76,12 +120,25 @@ class OpsarenaSandboxConfig(BaseModel):
             raise ValueError("must be an absolute path")
         return value
 
+    def load_challenge(self) -> Challenge | None:
+        """The challenge the hosts are made for, if any. Raises `ChallengeError`."""
+        return None if self.challenge is None else find_challenge(self.challenge)
+
     def host_image(self) -> str:
+        """The image: `image`, else the challenge's (with the packages it adds), else
+        the default host image."""
         if self.image is not None:
             return self.image
-        if self.challenge is not None:
-            return find_challenge(self.challenge).image
+        challenge = self.load_challenge()
+        if challenge is not None:
+            return image_for(challenge.packages, challenge.image)
         return DEFAULT_IMAGE
+
+
+def needs_power_cut(challenge: Challenge | None) -> bool:
+    """Whether hosts made for `challenge` need a disk that can lose power: one of its
+    milestones injects the power-cut fault (as the match controller decides). Pure."""
+    return challenge is not None and FAULT_POWER_CUT in faults_needed(challenge)
 
 
 def load_config(config: SandboxEnvironmentConfigType | None) -> OpsarenaSandboxConfig:
@@ -121,11 +178,23 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
     _hosts: ClassVar[dict[str, set[str]]] = {}
     """Names of the hosts made per task in this process, for task cleanup."""
 
-    def __init__(self, host: Host, driver: HostDriver, config: OpsarenaSandboxConfig) -> None:
+    def __init__(
+        self,
+        host: Host,
+        driver: HostDriver,
+        config: OpsarenaSandboxConfig,
+        *,
+        challenge: Challenge | None = None,
+        seed: SampleSeed | None = None,
+    ) -> None:
         super().__init__()
         self.host = host
         self.driver = driver
         self.config = config
+        self.challenge = challenge
+        """The challenge this host was made for (`config.challenge`, loaded), if any."""
+        self.seed = seed
+        """The sample's secret seed, with which `challenge`'s setup was placed."""
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -145,7 +214,17 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             raise OpsArenaError(
                 f"opsarena sandbox config: match_prefix must start with {MATCH_PREFIX!r}"
             )
-        settings.host_image()  # a missing challenge fails here, before any sample
+        # A missing challenge, or one needing faults the driver lacks, fails here,
+        # before any sample.
+        challenge = settings.load_challenge()
+        driver = _driver(settings)
+        if challenge is not None:
+            lacking = missing_faults(challenge, driver.faults, driver.name)
+            if lacking is not None:
+                raise OpsArenaError(f"opsarena sandbox: {lacking}")
+            if challenge.packages and settings.image is None and driver.name == "podman":
+                # Built once per recipe and cached (a label on the image), as a match does.
+                await build_image(settings.host_image(), extra=tuple(challenge.packages))
         cls._hosts.setdefault(task_name, set())
 
     @classmethod
@@ -157,6 +236,7 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
     ) -> dict[str, SandboxEnvironment]:
         settings = load_config(config)
         driver = _driver(settings)
+        challenge = settings.load_challenge()
         spec = HostSpec(
             match_id=f"{settings.match_prefix}{secrets.token_hex(4)}",
             territory="default",
@@ -164,10 +244,13 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             cpus=settings.cpus,
             memory_mb=settings.memory_mb,
             pids_limit=settings.pids_limit,
+            # Only a challenge that cuts the power pays for a disk that can lose it.
+            power_cut=needs_power_cut(challenge),
         )
         host = await driver.create(spec, boot_timeout=settings.boot_timeout_s)
         cls._hosts.setdefault(task_name, set()).add(host.name)
-        environment = cls(host, driver, settings)
+        seed = SampleSeed.draw(spec.match_id) if challenge is not None else None
+        environment = cls(host, driver, settings, challenge=challenge, seed=seed)
         try:
             mkdir = await environment._run(
                 [
@@ -181,6 +264,13 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             )
             if not mkdir.ok:
                 raise OpsArenaError(f"cannot create {settings.workdir} in {host.name}")
+            if challenge is not None and seed is not None:
+                try:
+                    await place_challenge(challenge, host, seed.seed)
+                except OpsArenaError as exc:
+                    raise OpsArenaError(
+                        f"the challenge {challenge.name} could not be placed on {host.name}: {exc}"
+                    ) from exc
         except BaseException:
             await cls._remove(driver, host.name)
             cls._hosts[task_name].discard(host.name)

@@ -3,19 +3,25 @@
 The referee is reached through two adapter functions only, `preflight_host` and
 `judge_host`, built on the public `opsarena.referee.Referee`; everything after them
 (`score_of`) is pure. After the agent submits, `judge_host` runs the challenge's whole
-milestone chain with its faults (unit restart, host reboot) at the referee's cadence, with
-the match's settle window: judging goes on until the territory is durable, or until
-`settle_s` seconds pass with no new milestone (each pass restarts the window), so a
-slow-starting but correct service gets its verdict. The seed that derives the record ids and
-values is drawn when scoring starts, so nothing the agent saw could predict them; it
-is revealed in the score's metadata afterwards for audit.
+milestone chain with its faults (unit restart, host reboot, power cut) at the referee's
+cadence, with the match's settle window: judging goes on until the territory is durable,
+or until `settle_s` seconds pass with no new milestone (each pass restarts the window), so
+a slow-starting but correct service gets its verdict.
+
+The seed is the sample's own, as in a match: the sandbox draws it when it makes the host
+and places the challenge's setup with it (`sandbox.SampleSeed`); the setup step
+(`prepare`) renders the brief the agent reads with it, publishes its commitment in the
+sample's metadata and runs the preflight; the scorer judges with the same seed and
+reveals it (with the commitment's nonce) in the score's metadata. The agent never sees
+the seed, only what the brief derives from it, so it cannot predict the record ids and
+values the referee writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,10 +32,11 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import sandbox
 
 from opsarena.challenges.catalog import find_challenge
-from opsarena.challenges.model import Challenge
-from opsarena.errors import PreflightError
+from opsarena.challenges.model import VARIABLE_PATTERN, Challenge
+from opsarena.challenges.setup import brief_for
+from opsarena.errors import OpsArenaError, PreflightError
 from opsarena.hosts import Host
-from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment
+from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment, SampleSeed
 from opsarena.referee import Referee
 
 TERRITORY = "default"
@@ -68,10 +75,11 @@ class Judgement:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def preflight_host(challenge: Challenge, host: Host) -> None:
-    """Check that the fresh `host` FAILS the challenge's first milestone, as every match
-    does before it starts. Raises `PreflightError` saying why when it does not."""
-    referee = Referee(challenge, seed=secrets.token_bytes(32), emit=_discard, clock=lambda: 0)
+async def preflight_host(challenge: Challenge, host: Host, *, seed: bytes) -> None:
+    """Check that the fresh `host` (its setup placed with `seed`) FAILS the challenge's
+    first milestone, as every match does before it starts. Raises `PreflightError`
+    saying why when it does not."""
+    referee = Referee(challenge, seed=seed, emit=_discard, clock=lambda: 0)
     referee.add_territory(TERRITORY, host)
     result = await referee.preflight(TERRITORY)
     if not result.ok:
@@ -162,6 +170,32 @@ async def _discard(kind: str, data: dict[str, Any]) -> None:
     return None
 
 
+# ---- the sample's input (pure) ---------------------------------------------------------
+
+
+def sample_input(brief: str, total_points: int, settle_s: float) -> str:
+    """The challenge's brief, plus when the judging happens here: in a match the
+    referee judges while the competitor works; in an Inspect sample it starts after the
+    agent submits, and goes on for the settle window. Pure."""
+    return (
+        f"{brief.strip()}\n\n"
+        "WHEN YOU ARE JUDGED HERE\n"
+        "In this evaluation the referee judges your host after you call submit(): it runs "
+        "every milestone in order, with its faults (such as a unit restart or a host reboot), "
+        f"retrying a failed milestone at its cadence for up to {settle_s:g} s after the last "
+        f"milestone passed, and your score is the points you earn then (out of {total_points}). "
+        "Nothing is checked before you submit and you get no feedback, so test your "
+        "service yourself first."
+    )
+
+
+def brief_template(challenge: Challenge) -> str:
+    """The brief with each `{{variable}}` shown as `<variable>`: what the dataset's
+    sample holds before a host (and its seed) exists. The agent never reads it: the
+    setup step replaces it with the brief rendered with the sample's seed. Pure."""
+    return re.sub(VARIABLE_PATTERN, lambda m: f"<{m.group(1)}>", challenge.brief)
+
+
 # ---- deciding the score (pure) --------------------------------------------------------
 
 
@@ -202,9 +236,16 @@ def usage_summary(usage: dict[str, ModelUsage]) -> dict[str, Any]:
     }
 
 
-def score_of(judgement: Judgement, usage: dict[str, ModelUsage], answer: str | None) -> Score:
+def score_of(
+    judgement: Judgement,
+    usage: dict[str, ModelUsage],
+    answer: str | None,
+    seed: SampleSeed | None = None,
+) -> Score:
     """The Inspect score of a judgement: points/total points, the explanation, and the
-    milestones, failure reasons, details, usage and seed as metadata. Pure."""
+    milestones, failure reasons, details, usage and seed as metadata; with the sample's
+    `seed`, also what opens its commitment (`seed_nonce`, `seed_commitment`,
+    `match_id`). Pure."""
     failures = [
         {"milestone": m.id, "reason": m.failure_reason, "detail": m.failure_detail}
         for m in judgement.milestones
@@ -225,16 +266,76 @@ def score_of(judgement: Judgement, usage: dict[str, ModelUsage], answer: str | N
             "referee_errors": judgement.referee_errors,
             "usage": usage_summary(usage),
             "seed": judgement.seed_hex,
+            **(
+                {
+                    "seed_nonce": seed.nonce.hex(),
+                    "seed_commitment": seed.commitment,
+                    "match_id": seed.match_id,
+                }
+                if seed is not None
+                else {}
+            ),
             "referee_events": judgement.events,
         },
     )
 
 
+# ---- the sample's steps, on its sandbox -----------------------------------------------
+
+
+def sample_seed(challenge: Challenge, environment: OpsarenaSandboxEnvironment) -> SampleSeed:
+    """The seed `environment`'s host was made with for `challenge`. Raises
+    `OpsArenaError` when the sandbox was not made for that challenge (its config names
+    no challenge, or another one), since then nothing was placed with a seed."""
+    made_for = environment.challenge
+    if made_for is None or environment.seed is None or made_for.name != challenge.name:
+        what = "no challenge" if made_for is None else f"the challenge {made_for.name!r}"
+        raise OpsArenaError(
+            f"the opsarena sandbox of this sample was made for {what}, not "
+            f"{challenge.name!r}: give it OpsarenaSandboxConfig(challenge=...) of the task"
+        )
+    return environment.seed
+
+
+async def prepare_sample(
+    challenge: Challenge,
+    environment: OpsarenaSandboxEnvironment,
+    state: TaskState,
+    settle_s: float | None = None,
+) -> None:
+    """Before the agent starts: replace the sample's prompt with the brief rendered
+    with the sample's seed, publish the seed's commitment in the sample's metadata
+    (`seed_commitment`, `match_id`), and run the referee's preflight on the host."""
+    seed = sample_seed(challenge, environment)
+    state.user_prompt.text = sample_input(
+        brief_for(challenge, seed.seed),
+        challenge.total_points,
+        challenge.settle_s if settle_s is None else settle_s,
+    )
+    state.metadata["seed_commitment"] = seed.commitment
+    state.metadata["match_id"] = seed.match_id
+    await preflight_host(challenge, environment.host, seed=seed.seed)
+
+
+async def score_sample(
+    challenge: Challenge,
+    environment: OpsarenaSandboxEnvironment,
+    state: TaskState,
+    usage: dict[str, ModelUsage],
+    settle_s: float | None = None,
+) -> Score:
+    """After the agent: judge the host with the sample's seed, and reveal it."""
+    seed = sample_seed(challenge, environment)
+    judgement = await judge_host(challenge, environment.host, seed=seed.seed, settle_s=settle_s)
+    answer = state.output.completion if state.output else None
+    return score_of(judgement, usage, answer, seed)
+
+
 # ---- Inspect glue ---------------------------------------------------------------------
 
 
-def _host() -> Host:
-    return sandbox().as_type(OpsarenaSandboxEnvironment).host
+def _environment() -> OpsarenaSandboxEnvironment:
+    return sandbox().as_type(OpsarenaSandboxEnvironment)
 
 
 def _sample_usage() -> dict[str, ModelUsage]:
@@ -246,13 +347,15 @@ def _sample_usage() -> dict[str, ModelUsage]:
 
 
 @solver
-def preflight(challenge: str) -> Solver:
-    """Setup step: refuse to start a sample whose fresh host already passes the first
-    milestone (the image would be solving the challenge)."""
+def prepare(challenge: str, settle_s: float | None = None) -> Solver:
+    """Setup step, before the agent: the brief rendered with the sample's seed becomes
+    the prompt, the seed's commitment goes into the sample's metadata, and the
+    referee's preflight refuses a fresh host that already passes the first milestone
+    (the image would be solving the challenge)."""
     loaded = find_challenge(challenge)
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        await preflight_host(loaded, _host())
+        await prepare_sample(loaded, _environment(), state, settle_s)
         return state
 
     return solve
@@ -261,15 +364,11 @@ def preflight(challenge: str) -> Solver:
 @scorer(metrics=[mean(), stderr()])
 def referee(challenge: str, settle_s: float | None = None) -> Scorer:
     """Score the sample's opsarena host with the referee of `challenge` (a built-in
-    name or a path), from outside the host, after the agent has finished; `settle_s`
-    replaces the challenge's settle window."""
+    name or a path), from outside the host, after the agent has finished, with the
+    seed the host was made with; `settle_s` replaces the challenge's settle window."""
     loaded = find_challenge(challenge)
 
     async def score(state: TaskState, target: Target) -> Score:
-        judgement = await judge_host(
-            loaded, _host(), seed=secrets.token_bytes(32), settle_s=settle_s
-        )
-        answer = state.output.completion if state.output else None
-        return score_of(judgement, _sample_usage(), answer)
+        return await score_sample(loaded, _environment(), state, _sample_usage(), settle_s)
 
     return score

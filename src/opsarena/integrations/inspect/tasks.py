@@ -2,10 +2,13 @@
 
 Discovered from `opsarena.challenges` when Inspect loads the entry point: a challenge
 named `durable-records` becomes the task `opsarena/durable_records`. Each task has one
-sample whose input is the challenge's brief, runs it in a fresh `opsarena` host (after
-the referee's preflight), lets the agent work (by default Inspect's react agent with
-bash and a text editor in the host), and scores the host with the referee from
-outside once the agent has submitted.
+sample and runs it in a fresh `opsarena` host made for the challenge (its setup placed
+with the sample's secret seed, a power-cut disk when a milestone cuts the power); the
+setup step gives the agent the brief rendered with that seed and runs the referee's
+preflight; the agent works (by default Inspect's react agent with bash and a text
+editor in the host); and the referee scores the host from outside, with the same seed,
+once the agent has submitted. Everything per challenge comes from the challenge model
+(its setup, its milestones' faults), so a new challenge needs nothing here.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from inspect_ai.util import SandboxEnvironmentSpec
 
 from opsarena.challenges.catalog import builtin_names, find_challenge
 from opsarena.integrations.inspect.sandbox import MATCH_PREFIX, OpsarenaSandboxConfig
-from opsarena.integrations.inspect.scorer import preflight, referee
+from opsarena.integrations.inspect.scorer import brief_template, prepare, referee, sample_input
 
 BASH_TIMEOUT_S = 180
 """Longest one bash or editor call may run before its whole process tree is killed."""
@@ -41,22 +44,6 @@ def default_agent(bash_timeout: int = BASH_TIMEOUT_S) -> Solver:
     )
 
 
-def sample_input(brief: str, total_points: int, settle_s: float) -> str:
-    """The challenge's brief, plus when the judging happens here: in a match the
-    referee judges while the competitor works; in an Inspect sample it starts after the
-    agent submits, and goes on for the settle window. Pure."""
-    return (
-        f"{brief.strip()}\n\n"
-        "WHEN YOU ARE JUDGED HERE\n"
-        "In this evaluation the referee judges your host after you call submit(): it runs "
-        "every milestone in order, with the unit restart and the host reboot, retrying a "
-        f"failed milestone at its cadence for up to {settle_s:g} s after the last milestone "
-        f"passed, and your score is the points you earn then (out of {total_points}). "
-        "Nothing is checked before you submit and you get no feedback, so test your "
-        "service yourself first."
-    )
-
-
 def challenge_task(
     challenge: str,
     *,
@@ -68,7 +55,11 @@ def challenge_task(
 ) -> Task:
     """The task of `challenge` (a built-in name or a challenge file's path). `image`
     replaces the challenge's host image; `match_prefix` starts the hosts' match ids;
-    `settle_s` replaces the challenge's settle window."""
+    `settle_s` replaces the challenge's settle window.
+
+    The sample's `input` is the brief with its seed-derived `{{variables}}` shown as
+    `<variable>` (no host, hence no seed, exists yet); the setup step replaces the
+    prompt with the brief rendered with the seed the sample's host was made with."""
     loaded = find_challenge(challenge)
     config = OpsarenaSandboxConfig(challenge=challenge, image=image, match_prefix=match_prefix)
     return Task(
@@ -76,14 +67,14 @@ def challenge_task(
             Sample(
                 id=loaded.name,
                 input=sample_input(
-                    loaded.brief,
+                    brief_template(loaded),
                     loaded.total_points,
                     loaded.settle_s if settle_s is None else settle_s,
                 ),
                 metadata={"challenge": loaded.name, "title": loaded.title},
             )
         ],
-        setup=preflight(challenge),
+        setup=prepare(challenge, settle_s),
         solver=solver or default_agent(),
         scorer=referee(challenge, settle_s),
         sandbox=SandboxEnvironmentSpec("opsarena", config),
