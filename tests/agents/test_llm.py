@@ -1152,7 +1152,7 @@ async def test_usage_found_later_counts_against_the_cost_limit(
         completion(content="Thinking it over.", cost=0.00001, delay_s=0.6),
         completion(calls=[("done", {"summary": "too late"})]),
     ]
-    ctx, events = make_ctx(NO_HOST)
+    ctx, _ = make_ctx(NO_HOST)
     agent = make_agent(
         openai_double, limits=Limits(cost_microusd=300), generation_lookup_delays_s=QUICK_LOOKUPS
     )
@@ -1188,3 +1188,18 @@ async def test_generation_lookups_give_up_at_once_when_asking_again_cannot_help(
     right_key = Endpoint(openai_double.base_url, API_KEY, "test", True)
     assert await lookup_generation(right_key, "gen-unknown", 5.0, (0.0, 0.0)) is None
     assert openai_double.generation_requests == 3  # a 404 is asked again
+
+
+async def test_a_conversation_that_never_fits_fails_on_the_fourth_context_error(
+    openai_double: OpenAIDouble,
+) -> None:
+    # The brief alone is past the window: shedding can never make the request fit.
+    openai_double.models["tiny"] = Model(context_length=2000)
+    openai_double.script = [completion(calls=[("done", {"summary": "unreachable"})])]
+    ctx, _ = recording_context(NO_HOST, brief="Deploy it. " * 1000)
+    outcome = await make_agent(openai_double, model="tiny").run(ctx)
+    assert (outcome.terminal_state, outcome.successful, outcome.failure_source) == (
+        "failed", False, "player")  # fmt: skip
+    assert "(4 context-length errors in a row)" in outcome.terminal_detail
+    # max_context_recoveries (3) recoveries, then the fourth error ends the run.
+    assert len(openai_double.rejected) == 4 and openai_double.requests == []

@@ -9,7 +9,8 @@ How a run ends (`AgentOutcome`):
   sent (400, 401, 404): failed, "arena";
 - more than `max_corrections` unusable responses in a row (malformed calls, `length` or
   `content_filter` cuts, empty turns), more than `max_nudges` replies in a row without a
-  tool call, or a conversation that does not fit the window even after shedding: failed,
+  tool call, or more than `max_context_recoveries` context-length errors in a row for one
+  request (the conversation does not fit the window even after shedding): failed,
   "player";
 - the match deadline: terminated, "controller".
 """
@@ -308,6 +309,7 @@ class LlmAgent(Agent):
         preflight_timeout_s: float = 10.0,
         max_corrections: int = 3,
         max_nudges: int = 3,
+        max_context_recoveries: int = 3,
         context_window: int | None = None,
         provider: ProviderRouting | None = None,
         reasoning: Reasoning | None = None,
@@ -332,6 +334,7 @@ class LlmAgent(Agent):
         self.preflight_timeout_s = preflight_timeout_s
         self.max_corrections = max_corrections
         self.max_nudges = max_nudges
+        self.max_context_recoveries = max_context_recoveries
         self.context_window = context_window
         self.provider = provider
         self.reasoning = reasoning
@@ -660,14 +663,15 @@ class _Session:
                 )
             if result.kind == "context":
                 context_tries += 1
-                if context_tries > 3:
+                if context_tries > agent.max_context_recoveries:
                     raise _Ended(
                         AgentOutcome(
                             "failed",
                             False,
                             bounded(
                                 "the conversation does not fit the model's context window "
-                                f"even after shedding old turns: {result.why}",
+                                f"even after shedding old turns ({context_tries} context-length "
+                                f"errors in a row): {result.why}",
                                 DETAIL_LIMIT,
                             ),
                             "player",
