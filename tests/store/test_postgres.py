@@ -1,4 +1,5 @@
-"""What only the PostgreSQL event log does: schema ownership, migration, URLs, `opsarena db`."""
+"""What only the PostgreSQL event log does: schema ownership, migration, URLs, `opsarena db`,
+and the scoreboard over it (a match stream woken by LISTEN/NOTIFY)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,22 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from opsarena.errors import LogTamperedError, StoreError
 from opsarena.store import SqliteEventStore, chain_problems, open_store
+from opsarena.store import postgres as postgres_store
 from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
+from opsarena.web.server import ScoreboardServer
+from tests.match.test_fold import Plan, simulate
 from tests.pg import new_database, postgres_available, postgres_server
+from tests.web.sse import messages
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +185,6 @@ def test_db_copy_bad_input(args: list[str], message: str, tmp_path: Path) -> Non
 
 
 def test_run_show_and_serve_read_postgres(url: str) -> None:
-    import httpx
-
-    from opsarena.web.server import ScoreboardServer
-
     with open_store(url) as store:
         asyncio.run(store.append("pgm", "x", {}, 0))
     shown = opsarena("events", "pgm", "--db", url)
@@ -190,9 +193,59 @@ def test_run_show_and_serve_read_postgres(url: str) -> None:
     server = ScoreboardServer(url, port=0)
     base = server.start()
     try:
+        # A log that cannot be folded is one row with its `error`, never a failed list.
         listed = httpx.get(f"{base}/api/matches", timeout=30)
-        assert listed.status_code in (200, 500)  # a one-event match may not fold
+        assert listed.status_code == 200
+        (row,) = listed.json()
+        assert row["match_id"] == "pgm" and row["last_seq"] == 1 and row["state"] is None
+        assert "unknown event type 'x'" in row["error"]
         events = httpx.get(f"{base}/api/matches/pgm/events", timeout=30)
         assert events.status_code == 200 and events.json()[0]["type"] == "x"
     finally:
         server.stop()
+
+
+@pytest.fixture
+def notified_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Followers read only when notified: the safety poll is pushed out of any test's
+    reach, so whatever arrives within seconds came by LISTEN/NOTIFY."""
+    monkeypatch.setattr(postgres_store, "FOLLOW_SAFETY_POLL_S", 120.0)
+
+
+LIVE_S = 15.0
+"""How soon a notified follower must see an append (far below the safety poll)."""
+
+
+def test_a_match_stream_over_postgres_delivers_each_new_event_live(
+    url: str, notified_only: None
+) -> None:
+    log = simulate("pglive", {"t1": Plan(passes=4), "t2": Plan(passes=1)})
+    with open_store(url) as writer:
+
+        def append(index: int) -> None:
+            event = log[index]
+            writer.append_blocking(  # type: ignore[attr-defined]
+                "pglive", event["type"], event["data"], event["t_ms"], wall=event["wall"]
+            )
+
+        for index in range(3):
+            append(index)
+        server = ScoreboardServer(url, port=0)
+        base = server.start()
+        try:
+            stream_url = f"{base}/api/matches/pglive/stream"
+            with httpx.stream("GET", stream_url, timeout=LIVE_S) as response:
+                stream = messages(response)
+                first = [next(stream).event for _ in range(4)]
+                assert first == ["event", "event", "event", "record"]
+                for index in (3, 4, 5):
+                    appended = time.monotonic()
+                    append(index)
+                    message = next(stream)
+                    assert (message.event, message.json()["seq"]) == ("event", index + 1)
+                    assert time.monotonic() - appended < LIVE_S
+                    assert next(stream).event == "record"
+            listed = httpx.get(f"{base}/api/matches", timeout=30).json()
+            assert [(r["match_id"], r["error"]) for r in listed] == [("pglive", None)]
+        finally:
+            server.stop()
