@@ -14,7 +14,13 @@ sent back without its reasoning (`reasoning_model="deepseek"`: DeepSeek's thinki
 `"signed"`: the `reasoning_details` Claude and Gemini need back); a conversation past
 the model's window (the double's tokenizer: 4 characters of JSON a token); both
 `max_tokens` and `max_completion_tokens`; an unknown field in `provider` or `reasoning`.
-A rejected request does not use up a scripted reply.
+A rejected request does not use up a scripted reply. The 400's body has the flavour's
+shape: api.openai.com's `{"error": {message, type, param, code}}`; on OpenRouter its
+own checks (model, parameters, the window) answer `{"error": {code, message}}`, and what
+the model's provider refuses (the conversation's shape, the reasoning) comes back as
+"Provider returned error" with `metadata.provider_name` and the provider's own body as
+the string `metadata.raw`, as OpenRouter passes an upstream 400 on
+(tests/agents/test_openai_double.py shows each).
 
 Valid requests take the next scripted `Reply` (one with `repeat` answers every later
 request too). The helpers make every real answer: completions with reasoning fields,
@@ -24,6 +30,10 @@ a 200; no choices; an HTML page; Retry-After headers. A request with `stream: tr
 answered as server-sent events (deltas, usage in the last chunk, an error event
 mid-stream for an error reply; `stall_s` pauses after the first chunk). Every request
 body is kept in `requests` (valid ones) and `rejected` (with the 400 message).
+
+GET /generation answers 404 until a generation's stats exist, as OpenRouter's does for a
+few seconds after a response: `Reply.generation_404s` is how many lookups of its id are
+answered 404 before the stats; `generation_log` keeps every lookup (id, status, time).
 """
 
 from __future__ import annotations
@@ -65,6 +75,9 @@ class Reply:
     """What GET /generation reports for this reply's id (default: from its usage)."""
     stall_s: float = 0.0
     """Streamed: wait this long after the first chunk (a provider that stalls)."""
+    generation_404s: int = 0
+    """GET /generation answers 404 to this many lookups of the reply's id before its stats
+    (OpenRouter records a generation's stats only seconds after it ended)."""
 
 
 @dataclass
@@ -74,6 +87,38 @@ class Model:
     context_length: int = 200_000
     max_completion_tokens: int | None = 32_000
     reasoning_model: Literal["deepseek", "signed"] | None = None
+
+    @property
+    def provider(self) -> str:
+        """Who serves it behind OpenRouter (named in a passed-on provider error)."""
+        return {"deepseek": "DeepSeek", "signed": "Anthropic"}.get(
+            self.reasoning_model or "", "DoubleCloud"
+        )
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a back end answers 400 to a request. `upstream`: the model's provider refused
+    it (OpenRouter passes that on as "Provider returned error"), not the router itself;
+    `param` and `code` are what api.openai.com puts beside the message."""
+
+    message: str
+    param: str | None = None
+    code: str | None = None
+    upstream: bool = False
+    upstream_style: Literal["openai", "anthropic"] = "openai"
+
+
+def openai_error_body(rejection: Rejection) -> dict[str, Any]:
+    """A 400 as api.openai.com (and DeepSeek's and most OpenAI-compatible servers) sends it."""
+    return {
+        "error": {
+            "message": rejection.message,
+            "type": "invalid_request_error",
+            "param": rejection.param,
+            "code": rejection.code,
+        }
+    }
 
 
 _ids = itertools.count(1)
@@ -103,6 +148,7 @@ def completion(
     repeat: bool = False,
     delay_s: float = 0.0,
     generation: dict[str, Any] | None = None,
+    generation_404s: int = 0,
 ) -> Reply:
     """A 200 chat completion with `content` and tool `calls` (name, arguments as a dict,
     or a raw string to send malformed JSON), reasoning fields, and a usage block (`cost`
@@ -165,7 +211,8 @@ def completion(
         if byok is not None:
             block["is_byok"] = byok
         body["usage"] = block
-    return Reply(body=body, repeat=repeat, delay_s=delay_s, generation=generation)
+    return Reply(body=body, repeat=repeat, delay_s=delay_s, generation=generation,
+                 generation_404s=generation_404s)  # fmt: skip
 
 
 def error(
@@ -278,6 +325,11 @@ class OpenAIDouble:
         self.model_requests = 0
         self.key_requests = 0
         self.generation_requests = 0
+        self.generation_log: list[tuple[str, int, float]] = []
+        """Every GET /generation: (id, status answered, loop time)."""
+        self.completion_times: list[float] = []
+        """The loop time at which each valid chat request arrived."""
+        self._lookups_left: dict[str, int] = {}
         self.sent_reasoning: dict[str, dict[str, Any]] = {}
         self.port = 0
         self._server: uvicorn.Server | None = None
@@ -299,82 +351,124 @@ class OpenAIDouble:
     # --- validation, as the real back ends do it ---------------------------------------
 
     def problem(self, body: Any) -> str | None:
+        """Why a real back end would answer 400 to `body` (its message), or None."""
+        rejection = self.rejection(body)
+        return None if rejection is None else rejection.message
+
+    def rejection(self, body: Any) -> Rejection | None:
         """Why a real back end would answer 400 to `body`, or None."""
         if not isinstance(body, dict):
-            return "request body must be a JSON object"
+            return Rejection("request body must be a JSON object")
         name = str(body.get("model"))
         model = self.models.get(name) or self.models.get(name.rsplit(":", 1)[0])  # `:nitro`
         if model is None:
-            return f"{body.get('model')} is not a valid model ID"
+            return Rejection(f"{body.get('model')} is not a valid model ID", "model")
         if self.flavour == "openai" and (extra := sorted(OPENROUTER_ONLY & body.keys())):
-            return f"Unrecognized request argument supplied: {extra[0]}"
+            return Rejection(f"Unrecognized request argument supplied: {extra[0]}")
         if "max_tokens" in body and "max_completion_tokens" in body:
-            return "max_tokens and max_completion_tokens cannot both be set"
+            return Rejection("max_tokens and max_completion_tokens cannot both be set")
         if isinstance(body.get("provider"), dict) and (
             bad := body["provider"].keys() - PROVIDER_KEYS
         ):
-            return f"provider: unrecognized key {sorted(bad)[0]!r}"
+            return Rejection(f"provider: unrecognized key {sorted(bad)[0]!r}", "provider")
         reasoning = body.get("reasoning")
         if isinstance(reasoning, dict):
             if bad := reasoning.keys() - REASONING_PARAM_KEYS:
-                return f"reasoning: unrecognized key {sorted(bad)[0]!r}"
+                return Rejection(f"reasoning: unrecognized key {sorted(bad)[0]!r}", "reasoning")
             if "effort" in reasoning and "max_tokens" in reasoning:
-                return "reasoning: only one of effort and max_tokens may be given"
+                return Rejection(
+                    "reasoning: only one of effort and max_tokens may be given", "reasoning"
+                )
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return "messages must be a non-empty array"
+            return Rejection("messages must be a non-empty array", "messages")
         if (why := self._conversation_problem(messages, model)) is not None:
             return why
         return self._window_problem(body, model)
 
-    def _conversation_problem(self, messages: list[Any], model: Model) -> str | None:
+    def _conversation_problem(self, messages: list[Any], model: Model) -> Rejection | None:
+        """What the model's provider refuses in the conversation (OpenAI's words)."""
+
+        def upstream(
+            message: str, param: str | None, code: str | None = None, style: str = "openai"
+        ) -> Rejection:
+            return Rejection(message, param, code, True, style)  # type: ignore[arg-type]
+
+        def missing(ids: set[str], param: str) -> Rejection:
+            return upstream(
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(sorted(ids))}",
+                param,
+            )
+
         pending: set[str] = set()
         for index, message in enumerate(messages):
             if not isinstance(message, dict):
-                return f"Invalid 'messages[{index}]': expected an object"
+                return upstream(f"Invalid type for 'messages[{index}]': expected an object",
+                                f"messages.[{index}]", "invalid_type")  # fmt: skip
             role = message.get("role")
             if pending and role != "tool":
-                return (
-                    "An assistant message with 'tool_calls' must be followed by tool messages "
-                    f"responding to each 'tool_call_id'. Missing: {sorted(pending)[0]} "
-                    f"(at messages[{index}])"
-                )
+                return missing(pending, f"messages.[{index}].role")
             if role == "assistant":
                 calls = message.get("tool_calls") or []
                 content = message.get("content")
-                if not calls and (content is None or content == ""):
-                    return (
-                        f"Invalid 'messages[{index}]': an assistant message must have content "
-                        "or tool_calls"
+                if not calls and content is None:
+                    return upstream("Invalid value for 'content': expected a string, got null.",
+                                    f"messages.[{index}].content")  # fmt: skip
+                if not calls and content == "":
+                    return upstream(
+                        f"Invalid 'messages[{index}]': an assistant message must have either "
+                        "content or tool_calls",
+                        f"messages.[{index}]",
                     )
-                for call in calls:
+                for number, call in enumerate(calls):
                     if not isinstance(call, dict) or not call.get("id"):
-                        return f"Invalid 'messages[{index}].tool_calls': empty tool call id"
+                        return upstream(
+                            f"Invalid 'messages[{index}].tool_calls[{number}].id': empty string. "
+                            "Expected a string with minimum length 1, but got an empty string "
+                            "instead.",
+                            f"messages.[{index}].tool_calls.[{number}].id",
+                            "empty_string",
+                        )
                     pending.add(call["id"])
                 if calls and model.reasoning_model is not None:
                     sent = self.sent_reasoning.get(calls[0]["id"])
                     if sent and any(message.get(k) != v for k, v in sent.items()):
                         if model.reasoning_model == "deepseek":
-                            return (
+                            return upstream(
                                 "The reasoning_content in the thinking mode must be passed "
-                                "back to the API."
+                                "back to the API.",
+                                None,
+                                "invalid_request_error",
                             )
-                        return (
-                            f"messages[{index}]: reasoning_details of a tool-use turn must be "
-                            "passed back unchanged (thinking block signature)"
+                        return upstream(
+                            f"messages.{index}.content.0.type: Expected `thinking` or "
+                            "`redacted_thinking`, but found `tool_use`. When `thinking` is "
+                            "enabled, an assistant message with tool use must start with its "
+                            "thinking block, passed back unchanged (reasoning_details, with its "
+                            "signature)",
+                            None,
+                            style="anthropic",
                         )
             elif role == "tool":
                 call_id = message.get("tool_call_id")
                 if call_id not in pending:
-                    return f"Invalid 'messages[{index}]': tool_call_id {call_id!r} answers no call"
+                    return upstream(
+                        "Invalid parameter: messages with role 'tool' must be a response to a "
+                        "preceeding message with 'tool_calls'.",  # sic: OpenAI's spelling
+                        f"messages.[{index}].role",
+                    )
                 pending.discard(call_id)
             elif role not in ("system", "user", "developer"):
-                return f"Invalid 'messages[{index}].role': {role!r}"
+                return upstream(
+                    f"Invalid value: {role!r}. Supported values are: 'system', 'assistant', "
+                    "'user', 'function', 'tool', and 'developer'.",
+                    f"messages.[{index}].role",
+                    "invalid_value",
+                )
         if pending:
-            return (
-                "An assistant message with 'tool_calls' must be followed by tool messages "
-                f"responding to each 'tool_call_id'. Missing: {sorted(pending)[0]}"
-            )
+            return missing(pending, "messages")
         return None
 
     def prompt_tokens(self, body: dict[str, Any]) -> int:
@@ -383,17 +477,46 @@ class OpenAIDouble:
         text += json.dumps(body.get("tools") or [], ensure_ascii=False)
         return len(text) // CHARS_PER_TOKEN
 
-    def _window_problem(self, body: dict[str, Any], model: Model) -> str | None:
-        asked_out = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+    def _window_problem(self, body: dict[str, Any], model: Model) -> Rejection | None:
+        """Over the window: OpenRouter checks it itself, before any provider; api.openai.com
+        answers `context_length_exceeded`."""
+        asked_out = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
         text = self.prompt_tokens(body)
-        if text + int(asked_out) > model.context_length:
-            return (
-                f"This endpoint's maximum context length is {model.context_length} tokens. "
-                f"However, you requested about {text + int(asked_out)} tokens ({text} of text "
-                f"input, {asked_out} in the output). Please reduce the length of either one, "
-                'or use the "middle-out" transform to compress your prompt automatically.'
+        if text + asked_out <= model.context_length:
+            return None
+        if self.flavour == "openai":
+            return Rejection(
+                f"This model's maximum context length is {model.context_length} tokens. "
+                f"However, you requested {text + asked_out} tokens ({text} in the messages, "
+                f"{asked_out} in the completion). Please reduce the length of the messages or "
+                "completion.",
+                "messages",
+                "context_length_exceeded",
             )
-        return None
+        return Rejection(
+            f"This endpoint's maximum context length is {model.context_length} tokens. "
+            f"However, you requested about {text + asked_out} tokens ({text} of text "
+            f"input, {asked_out} in the output). Please reduce the length of either one, "
+            'or use the "middle-out" transform to compress your prompt automatically.'
+        )
+
+    def error_body(self, rejection: Rejection, body: Any) -> dict[str, Any]:
+        """The body of the 400 answering `rejection`, in the flavour's shape."""
+        if self.flavour == "openai":
+            return openai_error_body(rejection)
+        if not rejection.upstream:
+            return {"error": {"code": 400, "message": rejection.message}}
+        if rejection.upstream_style == "anthropic":
+            raw: dict[str, Any] = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": rejection.message},
+            }
+        else:
+            raw = openai_error_body(rejection)
+        name = str(body.get("model")) if isinstance(body, dict) else ""
+        model = self.models.get(name) or self.models.get(name.rsplit(":", 1)[0]) or Model()
+        metadata = {"provider_name": model.provider, "raw": json.dumps(raw)}
+        return {"error": {"code": 400, "message": "Provider returned error", "metadata": metadata}}
 
     # --- the app --------------------------------------------------------------------------
 
@@ -402,10 +525,19 @@ class OpenAIDouble:
         prefix = self.prefix
 
         def unauthorized(request: Request) -> JSONResponse | None:
-            if request.headers.get("authorization") != f"Bearer {API_KEY}":
+            if request.headers.get("authorization") == f"Bearer {API_KEY}":
+                return None
+            if self.flavour == "openai":
+                body = openai_error_body(
+                    Rejection(
+                        "Incorrect API key provided. You can find your API key at "
+                        "https://platform.openai.com/account/api-keys.",
+                        code="invalid_api_key",
+                    )
+                )
+            else:
                 body = {"error": {"code": 401, "message": "User not found."}}
-                return JSONResponse(body, status_code=401)
-            return None
+            return JSONResponse(body, status_code=401)
 
         @app.get(f"{prefix}/models")
         async def models(request: Request) -> JSONResponse:
@@ -450,11 +582,18 @@ class OpenAIDouble:
                 self.generation_requests += 1
                 if (refused := unauthorized(request)) is not None:
                     return refused
-                found = self.generations.get(request.query_params.get("id", ""))
+                wanted = request.query_params.get("id", "")
+                found = self.generations.get(wanted)
+                now = asyncio.get_running_loop().time()
+                if found is not None and self._lookups_left.get(wanted, 0) > 0:
+                    self._lookups_left[wanted] -= 1  # its stats are not recorded yet
+                    found = None
                 if found is None:
+                    self.generation_log.append((wanted, 404, now))
                     return JSONResponse(
-                        {"error": {"code": 404, "message": "Generation not found"}}, 404
+                        {"error": {"code": 404, "message": f"Generation {wanted} not found"}}, 404
                     )
+                self.generation_log.append((wanted, 200, now))
                 return JSONResponse({"data": found})
 
         @app.post(f"{prefix}/chat/completions")
@@ -462,10 +601,11 @@ class OpenAIDouble:
             if (refused := unauthorized(request)) is not None:
                 return refused
             body = await request.json()
-            if (why := self.problem(body)) is not None:
-                self.rejected.append((body, why))
-                return JSONResponse({"error": {"code": 400, "message": why}}, 400)
+            if (rejection := self.rejection(body)) is not None:
+                self.rejected.append((body, rejection.message))
+                return JSONResponse(self.error_body(rejection, body), 400)
             self.requests.append(body)
+            self.completion_times.append(asyncio.get_running_loop().time())
             if not self.script:
                 return JSONResponse(error(500, "the test script has no more replies").body, 500)
             reply = self.script[0] if self.script[0].repeat else self.script.pop(0)
@@ -503,6 +643,7 @@ class OpenAIDouble:
         if not isinstance(generation_id, str):
             return
         usage = payload.get("usage") or {}
+        self._lookups_left[generation_id] = reply.generation_404s
         self.generations[generation_id] = reply.generation or {
             "id": generation_id,
             "model": payload.get("model"),

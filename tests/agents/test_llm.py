@@ -4,7 +4,7 @@ real hosts (the double stands in for the paid API; everything else is real)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from tests.agents.contexts import Events, recording_context
@@ -59,6 +59,7 @@ from opsarena.agents.llm import (
     usage_of,
 )
 from opsarena.agents.llm.context import digest, estimate_tokens
+from opsarena.agents.llm.endpoint import lookup_generation
 from opsarena.agents.llm.tools import read_slice
 from opsarena.agents.spec import (
     AgentSettings,
@@ -708,10 +709,11 @@ async def test_finish_reason_error_is_a_provider_failure_and_retried(
     assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
     retries = [e for e in entries(events) if e["kind"] == "retry"]
     assert len(retries) == 1 and "finish_reason error, native MAX" in retries[0]["error"]
-    # The failed generation was billed: its usage comes from GET /generation and counts.
+    # The failed generation was billed: its usage comes from GET /generation and counts
+    # (looked up in the background, so it may be reported after the next response's).
     assert openai_double.generation_requests == 1
-    assert [u["cost_microusd"] for u in usages(events)] == [400, 100]
-    assert usages(events)[0]["input_tokens"] == 900
+    by_cost = {u["cost_microusd"]: u for u in usages(events)}
+    assert sorted(by_cost) == [100, 400] and by_cost[400]["input_tokens"] == 900
 
 
 @pytest.mark.hosts
@@ -1078,7 +1080,7 @@ async def test_a_stalled_stream_is_resent_and_its_billed_usage_looked_up(
     (retry,) = [e for e in entries(events) if e["kind"] == "retry"]
     assert retry["error"].startswith("request timed out (mid-stream, generation gen-")
     assert openai_double.generation_requests == 1
-    assert [u["cost_microusd"] for u in usages(events)] == [300, 100]
+    assert sorted(u["cost_microusd"] for u in usages(events)) == [100, 300]
 
 
 def test_dropped_turns_leave_a_digest_of_what_they_ran() -> None:
@@ -1096,3 +1098,108 @@ def test_dropped_turns_leave_a_digest_of_what_they_ran() -> None:
         "- bash systemctl status records -> exit code: 3",
         "- Referee: service-up failed: connection_refused",
     ]
+
+
+# --- usage of failed generations, from OpenRouter's generation records -------------------
+
+NO_HOST = cast(Host, None)
+"""For runs whose model never calls a host tool."""
+QUICK_LOOKUPS = (0.2, 0.2, 0.2, 0.2)
+
+
+def failed_generation(**more: Any) -> Any:
+    """A generation that failed after the provider billed it: no usage in the response,
+    the usage only in OpenRouter's record of it."""
+    return completion(
+        content="Partial answ",
+        finish_reason="error",
+        usage=False,
+        generation={"total_cost": 0.0004, "tokens_prompt": 900, "tokens_completion": 7},
+        **more,
+    )
+
+
+async def test_a_failed_generations_usage_is_looked_up_again_until_recorded_without_waiting(
+    openai_double: OpenAIDouble,
+) -> None:
+    # OpenRouter answers 404 until it has recorded a generation, seconds after it ended.
+    openai_double.script = [
+        failed_generation(generation_404s=2),
+        completion(calls=[("done", {"summary": "ok"})], cost=0.0001),
+    ]
+    ctx, events = make_ctx(NO_HOST)
+    agent = make_agent(openai_double, generation_lookup_delays_s=QUICK_LOOKUPS)
+    outcome = await agent.run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert [status for _, status, _ in openai_double.generation_log] == [404, 404, 200]
+    # The retry went out long before the record was found: the lookup did not hold the turn.
+    found_at = openai_double.generation_log[-1][2]
+    assert openai_double.completion_times[1] < found_at - 0.3
+    # Found after the last turn, it is still reported before the run ends, and counted.
+    by_cost = {u["cost_microusd"]: u for u in usages(events)}
+    assert sorted(by_cost) == [100, 400] and by_cost[400]["input_tokens"] == 900
+    (entry,) = [e for e in entries(events) if e["kind"] == "usage"]
+    assert entry["from_generation"] is True
+    assert entry["generation"] == openai_double.generation_log[0][0]
+    assert not [e for e in entries(events) if e["kind"] == "warning"]
+
+
+async def test_usage_found_later_counts_against_the_cost_limit(
+    openai_double: OpenAIDouble,
+) -> None:
+    openai_double.script = [
+        failed_generation(generation_404s=1),
+        completion(content="Thinking it over.", cost=0.00001, delay_s=0.6),
+        completion(calls=[("done", {"summary": "too late"})]),
+    ]
+    ctx, _ = make_ctx(NO_HOST)
+    agent = make_agent(
+        openai_double, limits=Limits(cost_microusd=300), generation_lookup_delays_s=QUICK_LOOKUPS
+    )
+    outcome = await agent.run(ctx)
+    assert (outcome.terminal_state, outcome.failure_source) == ("terminated", "player")
+    assert outcome.terminal_detail.startswith("cost limit (300 micro-USD) reached (410 micro-USD")
+    assert len(openai_double.requests) == 2
+
+
+async def test_a_generation_never_recorded_is_asked_a_bounded_number_of_times_then_warned(
+    openai_double: OpenAIDouble,
+) -> None:
+    openai_double.script = [
+        failed_generation(generation_404s=100),
+        completion(calls=[("done", {"summary": "ok"})], cost=0.0001),
+    ]
+    ctx, events = make_ctx(NO_HOST)
+    agent = make_agent(openai_double, generation_lookup_delays_s=(0.05, 0.05, 0.05))
+    outcome = await agent.run(ctx)
+    assert outcome.terminal_detail == "ok"
+    assert [status for _, status, _ in openai_double.generation_log] == [404, 404, 404]
+    assert [u["cost_microusd"] for u in usages(events)] == [100]
+    (warning,) = [e["content"] for e in entries(events) if e["kind"] == "warning"]
+    assert "OpenRouter had no record of it after 3 lookups" in warning
+
+
+async def test_generation_lookups_give_up_at_once_when_asking_again_cannot_help(
+    openai_double: OpenAIDouble,
+) -> None:
+    wrong_key = Endpoint(openai_double.base_url, "wrong", "test", True)
+    found = await lookup_generation(wrong_key, "gen-x", 5.0, (0.0, 0.0, 0.0))
+    assert found is None and openai_double.generation_requests == 1  # a 401: once
+    right_key = Endpoint(openai_double.base_url, API_KEY, "test", True)
+    assert await lookup_generation(right_key, "gen-unknown", 5.0, (0.0, 0.0)) is None
+    assert openai_double.generation_requests == 3  # a 404 is asked again
+
+
+async def test_a_conversation_that_never_fits_fails_on_the_fourth_context_error(
+    openai_double: OpenAIDouble,
+) -> None:
+    # The brief alone is past the window: shedding can never make the request fit.
+    openai_double.models["tiny"] = Model(context_length=2000)
+    openai_double.script = [completion(calls=[("done", {"summary": "unreachable"})])]
+    ctx, _ = recording_context(NO_HOST, brief="Deploy it. " * 1000)
+    outcome = await make_agent(openai_double, model="tiny").run(ctx)
+    assert (outcome.terminal_state, outcome.successful, outcome.failure_source) == (
+        "failed", False, "player")  # fmt: skip
+    assert "(4 context-length errors in a row)" in outcome.terminal_detail
+    # max_context_recoveries (3) recoveries, then the fourth error ends the run.
+    assert len(openai_double.rejected) == 4 and openai_double.requests == []

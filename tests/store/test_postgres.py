@@ -1,21 +1,35 @@
-"""What only the PostgreSQL event log does: schema ownership, migration, URLs, `opsarena db`."""
+"""What only the PostgreSQL event log does: schema ownership, migration, URLs, `opsarena db`,
+and followers (scoreboard streams, tournament progress) woken by LISTEN/NOTIFY."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psycopg
 import pytest
+from rich.console import Console
 
+from opsarena.cli import tournament as cli_tournament
 from opsarena.errors import LogTamperedError, StoreError
 from opsarena.store import SqliteEventStore, chain_problems, open_store
+from opsarena.store import postgres as postgres_store
 from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
+from opsarena.web.server import ScoreboardServer
+from opsarena.web.tournament import tournament_messages
+from tests.match.test_fold import Plan, simulate
 from tests.pg import new_database, postgres_available, postgres_server
+from tests.tournament.test_record import created, ended, started
+from tests.web.sse import messages
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +192,6 @@ def test_db_copy_bad_input(args: list[str], message: str, tmp_path: Path) -> Non
 
 
 def test_run_show_and_serve_read_postgres(url: str) -> None:
-    import httpx
-
-    from opsarena.web.server import ScoreboardServer
-
     with open_store(url) as store:
         asyncio.run(store.append("pgm", "x", {}, 0))
     shown = opsarena("events", "pgm", "--db", url)
@@ -190,9 +200,132 @@ def test_run_show_and_serve_read_postgres(url: str) -> None:
     server = ScoreboardServer(url, port=0)
     base = server.start()
     try:
+        # A log that cannot be folded is one row with its `error`, never a failed list.
         listed = httpx.get(f"{base}/api/matches", timeout=30)
-        assert listed.status_code in (200, 500)  # a one-event match may not fold
+        assert listed.status_code == 200
+        (row,) = listed.json()
+        assert row["match_id"] == "pgm" and row["last_seq"] == 1 and row["state"] is None
+        assert "unknown event type 'x'" in row["error"]
         events = httpx.get(f"{base}/api/matches/pgm/events", timeout=30)
         assert events.status_code == 200 and events.json()[0]["type"] == "x"
     finally:
         server.stop()
+
+
+@pytest.fixture
+def notified_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Followers read only when notified: the safety poll is pushed out of any test's
+    reach, so whatever arrives within seconds came by LISTEN/NOTIFY."""
+    monkeypatch.setattr(postgres_store, "FOLLOW_SAFETY_POLL_S", 120.0)
+
+
+LIVE_S = 15.0
+"""How soon a notified follower must see an append (far below the safety poll)."""
+
+
+async def test_a_waiter_for_some_matches_wakes_at_their_appends_only(
+    url: str, notified_only: None
+) -> None:
+    with open_store(url) as store, open_store(url) as other:
+        async with store.changes() as wake:
+            waiting = asyncio.create_task(wake({"a", "b"}, 60.0))
+            await other.append("c", "x", {}, 0)
+            await asyncio.sleep(1.0)
+            assert not waiting.done()  # another match's append does not wake it
+            await other.append("b", "x", {}, 0)
+            await asyncio.wait_for(waiting, LIVE_S)
+
+
+def test_a_match_stream_over_postgres_delivers_each_new_event_live(
+    url: str, notified_only: None
+) -> None:
+    log = simulate("pglive", {"t1": Plan(passes=4), "t2": Plan(passes=1)})
+    with open_store(url) as writer:
+
+        def append(index: int) -> None:
+            event = log[index]
+            writer.append_blocking(  # type: ignore[attr-defined]
+                "pglive", event["type"], event["data"], event["t_ms"], wall=event["wall"]
+            )
+
+        for index in range(3):
+            append(index)
+        server = ScoreboardServer(url, port=0)
+        base = server.start()
+        try:
+            stream_url = f"{base}/api/matches/pglive/stream"
+            with httpx.stream("GET", stream_url, timeout=LIVE_S) as response:
+                stream = messages(response)
+                first = [next(stream).event for _ in range(4)]
+                assert first == ["event", "event", "event", "record"]
+                for index in (3, 4, 5):
+                    appended = time.monotonic()
+                    append(index)
+                    message = next(stream)
+                    assert (message.event, message.json()["seq"]) == ("event", index + 1)
+                    assert time.monotonic() - appended < LIVE_S
+                    assert next(stream).event == "record"
+            listed = httpx.get(f"{base}/api/matches", timeout=30).json()
+            assert [(r["match_id"], r["error"]) for r in listed] == [("pglive", None)]
+        finally:
+            server.stop()
+
+
+TOURNAMENT = "tournament:tx"
+
+
+def _tournament_event(store: Any, kind: str, data: dict[str, Any]) -> None:
+    store.append_blocking(TOURNAMENT, kind, data, 0)
+
+
+async def test_tournament_progress_is_woken_by_the_log_not_a_timer(
+    url: str, notified_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_tournament, "POLL_S", 120.0)  # a timer would not fire in time
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    with open_store(url) as store, open_store(url) as writer:
+        _tournament_event(writer, "tournament_created", created())
+        _tournament_event(writer, "tournament_started", {"parallel": 2})
+        _tournament_event(writer, *started(1, 1, "tx-1"))
+        stop = asyncio.Event()
+        watching = asyncio.create_task(
+            cli_tournament._watch(store, "tx", console, live=False, stop=stop)
+        )
+        await asyncio.sleep(1.0)  # its first look
+        assert out.getvalue() == ""
+        await asyncio.to_thread(_tournament_event, writer, *ended(1, 1, "tx-1", True))
+        deadline = time.monotonic() + LIVE_S
+        while "slot 1/2 match tx-1: counted" not in out.getvalue():
+            assert time.monotonic() < deadline, out.getvalue()
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(watching, LIVE_S)
+
+
+async def test_the_tournament_stream_wakes_at_its_running_matchs_appends(
+    url: str, notified_only: None
+) -> None:
+    log = simulate("tx-1", {"a": Plan(passes=2), "b": Plan(passes=0)})
+    with open_store(url) as store, open_store(url) as writer:
+        _tournament_event(writer, "tournament_created", created())
+        _tournament_event(writer, "tournament_started", {"parallel": 2})
+        _tournament_event(writer, *started(1, 1, "tx-1"))
+        # poll_s far beyond the test: only a notification can bring the next message.
+        messages_ = tournament_messages(store, "tx", poll_s=120.0)
+        try:
+            first = await asyncio.wait_for(anext(messages_), LIVE_S)
+            assert first.event == "tournament"
+            assert json.loads(first.data)["running"][0]["state"] == "starting"
+            for event in log[:2]:  # the running match begins to log
+                writer.append_blocking(  # type: ignore[attr-defined]
+                    "tx-1", event["type"], event["data"], event["t_ms"], wall=event["wall"]
+                )
+            changed = json.loads((await asyncio.wait_for(anext(messages_), LIVE_S)).data)
+            assert changed["running"][0]["match_id"] == "tx-1"
+            assert changed["running"][0]["state"] != "starting"
+            _tournament_event(writer, *started(2, 1, "tx-2"))  # and its own stream
+            again = json.loads((await asyncio.wait_for(anext(messages_), LIVE_S)).data)
+            assert [r["match_id"] for r in again["running"]] == ["tx-1", "tx-2"]
+        finally:
+            await messages_.aclose()

@@ -32,6 +32,7 @@ from opsarena.errors import TournamentError, UsageError
 from opsarena.hosts import HostSpec
 from opsarena.ratings import Leaderboard, leaderboard
 from opsarena.store import EventStore, is_postgres_url, resolve_target
+from opsarena.store.base import Wake
 from opsarena.tournament import (
     TournamentRecord,
     TournamentRunner,
@@ -56,6 +57,7 @@ app = typer.Typer(
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 POLL_S = 0.5
+"""How often progress looks at the log when the store cannot say it changed (SQLite)."""
 TournamentId = Annotated[str, typer.Argument(metavar="ID", help="Tournament id.")]
 DriverOption = Annotated[
     str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
@@ -251,71 +253,101 @@ async def _watch(
     store: EventStore, tournament_id: str, out: Console, *, live: bool, stop: asyncio.Event
 ) -> None:
     """Progress from the log: a bar per running match (milestones passed of all) and one
-    for the tournament with its ETA; or, not live, one line per match that ends."""
-    seen_ended: set[str] = set()
-    started: dict[str, float] = {}
-    finished_s: list[float] = []
+    for the tournament with its ETA; or, not live, one line per match that ends. Between
+    looks it waits on the store's `changes()` for the tournament's stream and its running
+    matches (PostgreSQL: woken at their next append; SQLite: every `POLL_S`), or `stop`."""
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
         console=out, disable=not live,
     )  # fmt: skip
-    overall: TaskID | None = None
-    bars: dict[str, TaskID] = {}
-    folder = TournamentFolder()
-    with progress:
-        while True:
-            for event in await store.read(stream_id(tournament_id), after=folder.last_sequence):
-                folder.apply(event)
-            record = folder.record()
-            total = len(record.slots)
-            if overall is None:
-                overall = progress.add_task("tournament", total=total, info="")
-            done = 0
-            for slot in record.slots:
-                for attempt in slot.attempts:
-                    mid = attempt.match_id
-                    started.setdefault(mid, time.monotonic())
-                    if attempt.ended and mid not in seen_ended:
-                        seen_ended.add(mid)
-                        finished_s.append(time.monotonic() - started[mid])
-                        if mid in bars:
-                            progress.remove_task(bars.pop(mid))
-                        if not live:
-                            what = "counted" if attempt.counted else f"void ({attempt.why})"
-                            out.print(f"slot {slot.slot}/{total} match {mid}: {what}",
-                                      markup=False, soft_wrap=True)  # fmt: skip
-                if slot.settled(record.retries):
-                    done += 1
-            running = [
-                (s.slot, s.attempts[-1].match_id) for s in record.slots if s.state == "playing"
-            ]
-            for _, mid in running:
-                match = await read_record(store, mid)
-                passed = possible = 0
-                state = "starting"
-                if match is not None:
-                    state = match.match_state
-                    for territory in match.territories.values():
-                        possible += len(territory.milestones)
-                        passed += sum(1 for m in territory.milestones.values() if m.passed)
-                if mid not in bars:
-                    bars[mid] = progress.add_task(mid, total=max(possible, 1), info=state)
-                progress.update(bars[mid], completed=passed, total=max(possible, 1), info=state)
-            pending = total - done - len(running)
-            eta = eta_s(
-                finished_s,
-                pending=pending,
-                running_elapsed_s=[time.monotonic() - started[m] for _, m in running],
-                parallel=record.parallel,
-            )
-            progress.update(
-                overall, completed=done,
-                info=f"{done}/{total}  ETA {duration(int(eta * 1000)) if eta is not None else '?'}",
-            )  # fmt: skip
-            if stop.is_set():
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_S)
+    view = _ProgressView(store, tournament_id, out, progress, live=live)
+    async with store.changes() as wake:
+        with progress:
+            while True:
+                watched = await view.look()
+                if stop.is_set():
+                    return
+                await _until_change_or_stop(wake, watched, stop)
+
+
+async def _until_change_or_stop(wake: Wake, watched: set[str], stop: asyncio.Event) -> None:
+    waiters = {asyncio.ensure_future(wake(watched, POLL_S)), asyncio.ensure_future(stop.wait())}
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+class _ProgressView:
+    """What `_watch` shows, updated from the log by each `look`."""
+
+    def __init__(
+        self, store: EventStore, tournament_id: str, out: Console, progress: Progress, *,
+        live: bool,
+    ) -> None:  # fmt: skip
+        self.store, self.tournament_id, self.out = store, tournament_id, out
+        self.progress, self.live = progress, live
+        self.folder = TournamentFolder()
+        self.seen_ended: set[str] = set()
+        self.started: dict[str, float] = {}
+        self.finished_s: list[float] = []
+        self.overall: TaskID | None = None
+        self.bars: dict[str, TaskID] = {}
+
+    async def look(self) -> set[str]:
+        """Read what is new and redraw; returns the streams whose next append matters (the
+        tournament's and its running matches')."""
+        store, progress, bars = self.store, self.progress, self.bars
+        stream = stream_id(self.tournament_id)
+        for event in await store.read(stream, after=self.folder.last_sequence):
+            self.folder.apply(event)
+        record = self.folder.record()
+        total = len(record.slots)
+        if self.overall is None:
+            self.overall = progress.add_task("tournament", total=total, info="")
+        done = 0
+        for slot in record.slots:
+            for attempt in slot.attempts:
+                mid = attempt.match_id
+                self.started.setdefault(mid, time.monotonic())
+                if attempt.ended and mid not in self.seen_ended:
+                    self.seen_ended.add(mid)
+                    self.finished_s.append(time.monotonic() - self.started[mid])
+                    if mid in bars:
+                        progress.remove_task(bars.pop(mid))
+                    if not self.live:
+                        what = "counted" if attempt.counted else f"void ({attempt.why})"
+                        self.out.print(f"slot {slot.slot}/{total} match {mid}: {what}",
+                                       markup=False, soft_wrap=True)  # fmt: skip
+            if slot.settled(record.retries):
+                done += 1
+        running = [(s.slot, s.attempts[-1].match_id) for s in record.slots if s.state == "playing"]
+        for _, mid in running:
+            match = await read_record(store, mid)
+            passed = possible = 0
+            state = "starting"
+            if match is not None:
+                state = match.match_state
+                for territory in match.territories.values():
+                    possible += len(territory.milestones)
+                    passed += sum(1 for m in territory.milestones.values() if m.passed)
+            if mid not in bars:
+                bars[mid] = progress.add_task(mid, total=max(possible, 1), info=state)
+            progress.update(bars[mid], completed=passed, total=max(possible, 1), info=state)
+        pending = total - done - len(running)
+        eta = eta_s(
+            self.finished_s,
+            pending=pending,
+            running_elapsed_s=[time.monotonic() - self.started[m] for _, m in running],
+            parallel=record.parallel,
+        )
+        progress.update(
+            self.overall, completed=done,
+            info=f"{done}/{total}  ETA {duration(int(eta * 1000)) if eta is not None else '?'}",
+        )  # fmt: skip
+        return {stream, *(mid for _, mid in running)}
 
 
 # ---- reading back ------------------------------------------------------------------

@@ -21,7 +21,7 @@ import abc
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -37,10 +37,18 @@ MAX_EVENT_BYTES = 1024 * 1024
 payloads (agent output chunks, transcript entries) well below this."""
 
 
-Wake = Callable[[str, float], Awaitable[None]]
-"""`await wake(match_id, poll_s)` returns when `match_id` (`""`: any match) may have new
+Wake = Callable[[str | Collection[str], float], Awaitable[None]]
+"""`await wake(match_id, poll_s)` returns when `match_id` (`""`: any match; a collection
+of ids: any of them, e.g. a tournament's stream and its running matches) may have new
 events. A store that cannot be told just sleeps `poll_s`; one that can (PostgreSQL's
 LISTEN/NOTIFY) returns at the notification, or after its own safety interval."""
+
+
+def wanted_matches(match_id: str | Collection[str]) -> frozenset[str] | None:
+    """The match ids a `Wake` call waits for; None for any match (`""`)."""
+    if isinstance(match_id, str):
+        return None if not match_id else frozenset((match_id,))
+    return frozenset(match_id)
 
 
 def utc_now_iso() -> str:
@@ -226,7 +234,7 @@ class EventStore(abc.ABC):
         """A `Wake` for readers that wait for new events (`follow`, the scoreboard's
         streams), valid inside the block. This default polls: `wake` sleeps `poll_s`."""
 
-        async def sleep(match_id: str, poll_s: float) -> None:
+        async def sleep(match_id: str | Collection[str], poll_s: float) -> None:
             await asyncio.sleep(poll_s)
 
         yield sleep

@@ -38,12 +38,12 @@ server thread, and an asyncio pool would be bound to one loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
-import queue
 import re
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from typing import Any
 
 try:
@@ -66,6 +66,7 @@ from opsarena.store.base import (
     Wake,
     encode_event_data,
     utc_now_iso,
+    wanted_matches,
 )
 from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
 from opsarena.store.targets import describe_target, is_postgres_url
@@ -515,10 +516,10 @@ class PostgresEventStore(EventStore):
     @contextlib.asynccontextmanager
     async def changes(self) -> AsyncIterator[Wake]:
         """A LISTEN on a connection of its own: `wake(match_id, poll_s)` returns when an
-        appender notified that match (any match, for `""`), or after
-        `FOLLOW_SAFETY_POLL_S` (a read then catches anything a broken connection missed);
-        `poll_s` is ignored. The connection is closed when the block ends."""
-        listener = _Listener(self)
+        appender notified that match (any of them, for a collection; any match, for `""`),
+        or after `FOLLOW_SAFETY_POLL_S` (a read then catches anything a broken connection
+        missed); `poll_s` is ignored. The connection is closed when the block ends."""
+        listener = _Listener(self, asyncio.get_running_loop())
         await asyncio.to_thread(listener.start)
         try:
             yield listener.wait
@@ -530,14 +531,17 @@ class PostgresEventStore(EventStore):
 
 
 class _Listener:
-    """One LISTEN connection read by a daemon thread; waiters get woken through queues."""
+    """One LISTEN connection read by a daemon thread, which hands each notification to the
+    waiter's event loop; a waiting reader holds no thread."""
 
-    def __init__(self, store: PostgresEventStore) -> None:
+    def __init__(self, store: PostgresEventStore, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
+        self._loop = loop
         self._conn: psycopg.Connection[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._inbox: queue.Queue[str] = queue.Queue()
+        self._inbox: collections.deque[str] = collections.deque()
+        self._arrived = asyncio.Event()
 
     def start(self) -> None:
         conn = self._store._connect(autocommit=True)
@@ -551,30 +555,35 @@ class _Listener:
         while not self._stopping.is_set():
             try:
                 for note in self._conn.notifies(timeout=0.5):
-                    self._inbox.put(note.payload)
+                    self._loop.call_soon_threadsafe(self._deliver, note.payload)
             except psycopg.Error:
                 # The connection broke: followers fall back to their safety poll.
                 return
+            except RuntimeError:  # the waiter's loop is closed: nobody is listening
+                return
 
-    async def wait(self, match_id: str, poll_s: float) -> None:
-        """Return once a notification for `match_id` (any, for "") arrives, or after
+    def _deliver(self, payload: str) -> None:
+        self._inbox.append(payload)
+        self._arrived.set()
+
+    async def wait(self, match_id: str | Collection[str], poll_s: float) -> None:
+        """Return once a notification for `match_id` (see `Wake`) arrives, or after
         `FOLLOW_SAFETY_POLL_S`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + FOLLOW_SAFETY_POLL_S
+        wanted = wanted_matches(match_id)
+        deadline = self._loop.time() + FOLLOW_SAFETY_POLL_S
         while True:
-            left = deadline - loop.time()
+            while self._inbox:
+                if wanted is None or self._inbox.popleft() in wanted:
+                    # Coalesce a burst: the reader's next read sees all of it.
+                    self._inbox.clear()
+                    self._arrived.clear()
+                    return
+            self._arrived.clear()
+            left = deadline - self._loop.time()
             if left <= 0:
                 return
-            try:
-                payload = await asyncio.to_thread(self._inbox.get, True, min(left, 0.5))
-            except queue.Empty:
-                continue
-            if not match_id or payload == match_id:
-                # Coalesce a burst: one read will see all of it.
-                with contextlib.suppress(queue.Empty):
-                    while True:
-                        self._inbox.get_nowait()
-                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -28,7 +28,8 @@ from opsarena.tournament import (
 
 STATIC_DIR = Path(__file__).parent / "static"
 POLL_S = 1.0
-"""How often a tournament stream looks for a change (its own log or a running match's)."""
+"""How often a tournament stream looks for a change (its own log or a running match's)
+when the store cannot say (SQLite); PostgreSQL wakes it at the change."""
 LIVE_BOOTSTRAP = 100
 """Bootstrap resamples for the live page; the report and the CLI use the default."""
 
@@ -87,36 +88,44 @@ async def tournament_view(
     return view_json(record, board, running)
 
 
-async def _fingerprint(store: EventStore, tournament_id: str) -> tuple[int, ...]:
-    """Changes whenever the tournament's log or a running match's log grows."""
-    summary = await store.summary(stream_id(tournament_id))
+async def _fingerprint(store: EventStore, tournament_id: str) -> tuple[tuple[int, ...], set[str]]:
+    """What changes whenever the tournament's log or a running match's log grows, and the
+    streams to watch for it (the tournament's own and its running matches')."""
+    stream = stream_id(tournament_id)
+    summary = await store.summary(stream)
     if summary is None:
-        return (0,)
-    record = fold_tournament(await store.read(stream_id(tournament_id)))
-    seqs = [summary.last_seq]
+        return (0,), {stream}
+    record = fold_tournament(await store.read(stream))
+    seqs, watched = [summary.last_seq], {stream}
     for slot in record.slots:
         if slot.state == "playing":
-            match = await store.summary(slot.attempts[-1].match_id)
+            match_id = slot.attempts[-1].match_id
+            match = await store.summary(match_id)
             seqs.append(match.last_seq if match else 0)
-    return tuple(seqs)
+            watched.add(match_id)
+    return tuple(seqs), watched
 
 
 async def tournament_messages(
     store: EventStore, tournament_id: str, *, poll_s: float = POLL_S
 ) -> AsyncIterator[ServerSentEvent]:
-    """`tournament` (the payload) at once and on every change; `end` once it finished."""
+    """`tournament` (the payload) at once and on every change; `end` once it finished.
+    Waits on the store's `changes()` for the tournament's stream and its running matches:
+    PostgreSQL wakes it at their next append (LISTEN/NOTIFY), SQLite is polled every
+    `poll_s`."""
     seen: tuple[int, ...] | None = None
-    while True:
-        now = await _fingerprint(store, tournament_id)
-        if now != seen:
-            seen = now
-            view = await tournament_view(store, tournament_id)
-            if view is not None:
-                yield ServerSentEvent(data=_json(view), event="tournament")
-                if view["tournament"]["state"] == "finished":
-                    yield ServerSentEvent(data=_json({"finished": True}), event="end")
-                    return
-        await asyncio.sleep(poll_s)
+    async with store.changes() as wake:
+        while True:
+            now, watched = await _fingerprint(store, tournament_id)
+            if now != seen:
+                seen = now
+                view = await tournament_view(store, tournament_id)
+                if view is not None:
+                    yield ServerSentEvent(data=_json(view), event="tournament")
+                    if view["tournament"]["state"] == "finished":
+                        yield ServerSentEvent(data=_json({"finished": True}), event="end")
+                        return
+            await wake(watched, poll_s)
 
 
 def _json(value: object) -> str:

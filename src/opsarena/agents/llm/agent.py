@@ -9,7 +9,8 @@ How a run ends (`AgentOutcome`):
   sent (400, 401, 404): failed, "arena";
 - more than `max_corrections` unusable responses in a row (malformed calls, `length` or
   `content_filter` cuts, empty turns), more than `max_nudges` replies in a row without a
-  tool call, or a conversation that does not fit the window even after shedding: failed,
+  tool call, or more than `max_context_recoveries` context-length errors in a row for one
+  request (the conversation does not fit the window even after shedding): failed,
   "player";
 - the match deadline: terminated, "controller".
 """
@@ -30,11 +31,12 @@ from openai import APIConnectionError, APIError, APIStatusError, APITimeoutError
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.llm import context as ctxwin
 from opsarena.agents.llm.endpoint import (
+    GENERATION_LOOKUP_DELAYS_S,
     Endpoint,
     EndpointFacts,
     builtin_prices,
     check_endpoint,
-    fetch_generation,
+    lookup_generation,
     resolve_endpoint,
 )
 from opsarena.agents.llm.tools import (
@@ -307,6 +309,7 @@ class LlmAgent(Agent):
         preflight_timeout_s: float = 10.0,
         max_corrections: int = 3,
         max_nudges: int = 3,
+        max_context_recoveries: int = 3,
         context_window: int | None = None,
         provider: ProviderRouting | None = None,
         reasoning: Reasoning | None = None,
@@ -318,6 +321,7 @@ class LlmAgent(Agent):
         transcript_limit: int = TRANSCRIPT_FIELD_LIMIT,
         sleep: Callable[[float], Any] = asyncio.sleep,
         rand: Callable[[], float] | None = None,
+        generation_lookup_delays_s: tuple[float, ...] = GENERATION_LOOKUP_DELAYS_S,
     ) -> None:
         self.model = model
         self.endpoint = endpoint
@@ -330,6 +334,7 @@ class LlmAgent(Agent):
         self.preflight_timeout_s = preflight_timeout_s
         self.max_corrections = max_corrections
         self.max_nudges = max_nudges
+        self.max_context_recoveries = max_context_recoveries
         self.context_window = context_window
         self.provider = provider
         self.reasoning = reasoning
@@ -341,6 +346,7 @@ class LlmAgent(Agent):
         self.transcript_limit = transcript_limit
         self.sleep = sleep
         self.rand = rand
+        self.generation_lookup_delays_s = generation_lookup_delays_s
         self.facts: EndpointFacts | None = None
 
     @classmethod
@@ -428,8 +434,21 @@ class _Session:
     unusable: int = 0
     nudged: int = 0
     problem: str = ""
+    lookups: set[asyncio.Task[None]] = field(default_factory=set)
+    """Generation lookups still running in the background (see `_count`)."""
 
     async def run(self) -> AgentOutcome:
+        """The run, then the generation lookups it left (bounded by the match deadline), so
+        their usage is reported before the agent ends; cancelled ones are cut short."""
+        try:
+            outcome = await self._run()
+            await self._finish_lookups()
+            return outcome
+        finally:
+            for task in self.lookups:
+                task.cancel()
+
+    async def _run(self) -> AgentOutcome:
         agent, started = self.agent, time.monotonic()
         wall_end = started + agent.limits.wall_s if agent.limits.wall_s else math.inf
         end = min(self.ctx.deadline, wall_end)
@@ -644,14 +663,15 @@ class _Session:
                 )
             if result.kind == "context":
                 context_tries += 1
-                if context_tries > 3:
+                if context_tries > agent.max_context_recoveries:
                     raise _Ended(
                         AgentOutcome(
                             "failed",
                             False,
                             bounded(
                                 "the conversation does not fit the model's context window "
-                                f"even after shedding old turns: {result.why}",
+                                f"even after shedding old turns ({context_tries} context-length "
+                                f"errors in a row): {result.why}",
                                 DETAIL_LIMIT,
                             ),
                             "player",
@@ -786,20 +806,66 @@ class _Session:
             )
 
     async def _count(self, raw: Mapping[str, Any] | None, generation_id: str | None) -> None:
-        """Count one response's usage: its own, else OpenRouter's generation record."""
-        usage: Usage | None = None
+        """Count one response's usage: its own; else, on OpenRouter, its generation record,
+        looked up in the background (the record appears seconds later, and the next turn
+        must not wait for it); else unknown."""
         if raw is not None:
-            usage = usage_of(raw, self.agent.price)
+            await self._spend(usage_of(raw, self.agent.price), raw, None)
         elif generation_id is not None and self.agent.openrouter:
-            data = await fetch_generation(
-                self.agent.endpoint, generation_id, self.agent.preflight_timeout_s
-            )
-            if data is not None:
-                usage = usage_of_generation(data, self.agent.price)
-        if usage is None:
+            task = asyncio.create_task(self._reconcile(generation_id))
+            self.lookups.add(task)
+            task.add_done_callback(self.lookups.discard)
+        else:
             self.spent.unknown_cost_requests += 1
             await self._warn("usage", "the LLM API reported no usage: tokens and cost unknown")
+
+    async def _reconcile(self, generation_id: str) -> None:
+        """Look a generation up on OpenRouter with a bounded back-off; count its usage when
+        found (later turns' limit checks see it), warn once when it never is."""
+        agent = self.agent
+        try:
+            data = await lookup_generation(
+                agent.endpoint,
+                generation_id,
+                agent.preflight_timeout_s,
+                agent.generation_lookup_delays_s,
+            )
+            if data is None:
+                self.spent.unknown_cost_requests += 1
+                waited = sum(agent.generation_lookup_delays_s)
+                await self._warn(
+                    "generation",
+                    f"generation {generation_id} reported no usage and OpenRouter had no record "
+                    f"of it after {len(agent.generation_lookup_delays_s)} lookups over "
+                    f"{waited:g}s: its tokens and cost are unknown",
+                )
+                return
+            await self._spend(usage_of_generation(data, agent.price), None, generation_id)
+        except Exception:  # accounting must never end the run; the log says why
+            log.exception("%s: looking up generation %s", self.ctx.territory, generation_id)
+
+    async def _finish_lookups(self) -> None:
+        """Wait for the generation lookups still running, at most until the match deadline;
+        those cut short are counted as unknown usage."""
+        pending = set(self.lookups)
+        if not pending:
             return
+        budget = max(0.0, self.ctx.deadline - time.monotonic())
+        _, unfinished = await asyncio.wait(pending, timeout=budget)
+        for task in unfinished:
+            task.cancel()
+        if unfinished:
+            self.spent.unknown_cost_requests += len(unfinished)
+            await self._warn(
+                "generation-cut",
+                f"{len(unfinished)} generation lookup(s) were still waiting for OpenRouter's "
+                "record when the match ended: their tokens and cost are unknown",
+            )
+
+    async def _spend(
+        self, usage: Usage, raw: Mapping[str, Any] | None, generation_id: str | None
+    ) -> None:
+        """Add one response's usage to what was spent and report it."""
         self.spent.add(usage)
         if usage.cost_microusd is None:
             await self._warn(
@@ -816,7 +882,7 @@ class _Session:
                 "cost_microusd": usage.cost_microusd,
             },
         )
-        extras = {
+        extras: dict[str, object] = {
             k: v
             for k, v in (
                 ("reasoning_tokens", usage.reasoning_tokens),
@@ -825,6 +891,8 @@ class _Session:
             )
             if v
         }
+        if generation_id is not None:
+            extras["generation"] = generation_id
         if extras or raw is None:
             await self._record({"kind": "usage", "from_generation": raw is None, **extras})
 

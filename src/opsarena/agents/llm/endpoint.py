@@ -4,13 +4,15 @@ OpenRouter is told apart by asking: `GET /key` answers 401 for a bad key and rep
 key's remaining limit (its `GET /models` needs no key, so it proves nothing about one);
 any other server is checked with an authenticated `GET /models`. OpenRouter's public
 model list gives the model's context window; `GET /generation?id=` gives the usage of a
-response the agent could not use. The built-in price table lives here too.
+response the agent could not use (asked again with a back-off: OpenRouter records a
+generation's stats seconds after it ended). The built-in price table lives here too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -219,19 +221,36 @@ def _model_facts(entry: dict[str, Any], remaining_usd: float | None) -> Endpoint
     )
 
 
-async def fetch_generation(
-    endpoint: Endpoint, generation_id: str, timeout: float
+GENERATION_LOOKUP_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Seconds to wait before each lookup of a generation's record: OpenRouter answers 404
+until it has recorded a generation's stats, a few seconds after the generation ended."""
+
+
+async def lookup_generation(
+    endpoint: Endpoint,
+    generation_id: str,
+    timeout: float,
+    delays_s: Sequence[float] = GENERATION_LOOKUP_DELAYS_S,
+    *,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> dict[str, Any] | None:
-    """OpenRouter's record of one generation (its usage and cost), or None if it has none
-    (yet) or could not be asked."""
+    """OpenRouter's record of one generation (`GET /generation?id=`: its usage and cost),
+    asked after each delay of `delays_s` in turn while the answer is 404 (not recorded
+    yet), 408, 429, a 5xx or no answer; None when it never came, or at once on an answer
+    that asking again cannot change (400, 401, 403, a body without `data`)."""
     url = endpoint.base_url.rstrip("/")
-    try:
-        async with httpx.AsyncClient(timeout=timeout) as http:
-            response = await http.get(
-                f"{url}/generation",
-                params={"id": generation_id},
-                headers={"Authorization": f"Bearer {endpoint.api_key}"},
-            )
-    except httpx.HTTPError:
-        return None
-    return _data(response) if response.status_code == 200 else None
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"}
+    async with httpx.AsyncClient(timeout=timeout) as http:
+        for delay in delays_s:
+            await sleep(delay)
+            try:
+                response = await http.get(
+                    f"{url}/generation", params={"id": generation_id}, headers=headers
+                )
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                return _data(response)
+            if response.status_code not in (404, 408, 429) and response.status_code < 500:
+                return None
+    return None
