@@ -170,9 +170,23 @@ async def test_power_cut_loses_unsynced_writes_keeps_synced_ones_and_reboots(
         await host.exec("echo kept > /data/kept", timeout=10)
         await host.reboot()
         assert (await host.read_file("/data/kept")) == b"kept\n"
+        if driver.name == "podman":  # its id range is held for it while it exists
+            assert reservations(match_id) == [f"ids.{host.name}"]
     finally:
         await asyncio.shield(driver.cleanup(match_id=match_id))
-    assert not PowerDisk.of(driver.host_name(match_id, "a")).exists()
+    disk = PowerDisk.of(driver.host_name(match_id, "a"))
+    assert not disk.exists() and not disk.root_dir.exists()
+    assert reservations(match_id) == []
+
+
+def reservations(match_id: str) -> list[str]:
+    """Names of the id reservations (`podman.ids_name`) of `match_id`'s power-cut hosts."""
+    out = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=opsarena.ids-match={match_id}",
+         "--format", "{{.Names}}"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.split()
 
 
 async def test_a_disk_loss_empties_one_directory_kills_everything_and_boots(
@@ -267,6 +281,7 @@ async def test_a_host_removed_during_a_fault_never_comes_back(
 
         await asyncio.sleep(1.0)  # anything that would come back has had time to
         assert podman_names(match_id) == []
+        assert reservations(match_id) == []
         assert cid not in runc_ids()
         assert not PowerDisk.of(host.name).exists()
         with pytest.raises(HostNotFoundError):
@@ -312,4 +327,6 @@ async def test_cleanup_sweeps_runtime_containers_and_disks_podman_forgot(
 
     assert orphan not in runc_ids()
     assert not PowerDisk.of(host.name).exists()
+    assert reservations(match_id) == []  # the forgotten host's id range is free again
     assert f"disk:{host.name}" in swept and f"runc:{orphan[:12]}" in swept
+    assert f"ids:{host.name}" in swept

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import stat
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from opsarena.errors import HostBootError
 from opsarena.hosts import powerdisk
+from opsarena.hosts.idmap import IdRange
 
 pytestmark = [
     pytest.mark.hosts,
@@ -171,3 +176,67 @@ async def test_a_handle_opened_before_the_cut_never_writes_again(
     finally:
         os.close(old)
     assert (disk.root / "from-image").read_bytes() == b"image layer\n"
+
+
+async def test_a_shifted_disk_shows_the_image_as_the_hosts_and_keeps_the_machines_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a host's id range, the image's layers are seen through read-only idmapped
+    clones (uid 0 shows as the range's first uid), the root the host sees belongs to the
+    host's root, the clones survive a power cut, and destroying the disk leaves the image
+    untouched. Directories on the machine are closed: 0700, the root's own 0711 above a
+    0700 directory of the host's root (the runtime reaches it as that uid)."""
+    ids = IdRange(uid=1_500_000_000, gid=1_500_100_000, size=65536)
+    base = Path(tempfile.mkdtemp(prefix="opsarena-shifted-", dir="/tmp"))
+    base.chmod(0o755)  # the host's root must be able to search down to its root
+    monkeypatch.setenv("OPSARENA_DISK_ROOT", str(base / "disks"))
+    lower = base / "layer"
+    lower.mkdir()
+    (lower / "from-image").write_bytes(b"image layer\n")
+    (lower / "users").write_bytes(b"owned by 1000\n")
+    os.chown(lower / "users", 1000, 1000)
+    disk = powerdisk.PowerDisk.of("shifted")
+    try:
+        await powerdisk.create(disk, size_mb=64, lowerdirs=[str(lower)], ids=ids)
+        seen = os.stat(disk.root / "from-image")
+        assert (seen.st_uid, seen.st_gid) == (ids.uid, ids.gid)
+        assert os.stat(disk.root / "users").st_uid == ids.uid + 1000
+        top = os.stat(disk.root)
+        assert (top.st_uid, top.st_gid) == (ids.uid, ids.gid)
+        with pytest.raises(OSError, match="Read-only"):
+            (disk.lower_dir / "0" / "planted").write_bytes(b"x")
+        modes = {
+            path: stat.S_IMODE(os.stat(path).st_mode)
+            for path in (disk.dir.parent, disk.dir, disk.fs, disk.root_dir, disk.root_dir.parent)
+        }
+        assert modes == {
+            disk.dir.parent: 0o700, disk.dir: 0o700, disk.fs: 0o700,
+            disk.root_dir: 0o700, disk.root_dir.parent: 0o711,
+        }  # fmt: skip
+        assert os.stat(disk.root_dir).st_uid == ids.uid
+
+        write(disk.root / "synced", b"kept\n", fsync=True)
+        fsync_dir(disk.root)
+        await cut_and_restore(disk)
+        assert (disk.root / "synced").read_bytes() == b"kept\n"
+        assert os.stat(disk.root / "from-image").st_uid == ids.uid
+    finally:
+        await powerdisk.destroy(disk)
+        assert not disk.dir.exists() and not disk.root_dir.exists()
+        assert (lower / "from-image").read_bytes() == b"image layer\n"
+        assert os.stat(lower / "from-image").st_uid == 0
+        shutil.rmtree(base)
+
+
+async def test_a_shifted_disk_refuses_a_root_the_host_could_not_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest's temporary directories are 0700: a host's root below them would fail
+    to start in the runtime with a bare "permission denied"; the disk says why first."""
+    tmp_path.chmod(0o700)
+    monkeypatch.setenv("OPSARENA_DISK_ROOT", str(tmp_path / "disks"))
+    disk = powerdisk.PowerDisk.of("unreachable")
+    ids = IdRange(uid=1_500_000_000, gid=1_500_000_000, size=65536)
+    with pytest.raises(HostBootError, match="closed to other users"):
+        await powerdisk.create(disk, size_mb=64, lowerdirs=[str(tmp_path)], ids=ids)
+    assert not disk.dir.exists() and not disk.root_dir.exists()

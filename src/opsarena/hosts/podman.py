@@ -74,6 +74,7 @@ from opsarena.hosts.base import (
     HostSpec,
     ServiceRestart,
 )
+from opsarena.hosts.idmap import IdRange
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
@@ -86,6 +87,10 @@ LABEL_TERRITORY = "opsarena.territory"
 LABEL_DISK = "opsarena.disk"
 """`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`)."""
 LABEL_IMAGE = "opsarena.image"
+LABEL_IDS_OF = "opsarena.ids-of"
+"""On a power-cut host's id reservation (`ids_name`): the host's name."""
+LABEL_IDS_MATCH = "opsarena.ids-match"
+"""On a power-cut host's id reservation: the host's match (for `cleanup --match`)."""
 RUNC_ROOT = "/run/runc"
 """Where runc keeps its containers' state for podman run as root."""
 PODMAN_TIMEOUT = 30.0
@@ -166,7 +171,8 @@ class Podman:
                 "hosts need uid ranges of their own: add `containers:1073741824:1073741824` "
                 "to /etc/subuid and /etc/subgid (./bootstrap does it)"
             )
-        flags += ["--userns", "auto:size=65536"]
+        self.userns_flags = ["--userns", "auto:size=65536"]
+        flags += self.userns_flags
         budget = _read_int("/proc/sys/user/max_inotify_instances")
         if budget is not None and budget < MACHINE_INOTIFY_INSTANCES:
             raise DriverMissingError(
@@ -231,6 +237,22 @@ def _without_userns(flags: list[str]) -> list[str]:
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
+
+
+def ids_name(host: str) -> str:
+    """The name of the container that holds the id range of power-cut host `host`
+    (never a host's name: those begin with `opsarena-`)."""
+    return f"ids.{host}"
+
+
+def _single_range(entries: list[str] | None, what: str) -> tuple[int, int]:
+    """(machine base, size) of a podman id map that is one `0:BASE:SIZE` entry."""
+    if not entries or len(entries) != 1:
+        raise HostBootError(f"podman reserved no single {what} range: {entries!r}")
+    inside, base, size = (int(part) for part in entries[0].split(":"))
+    if inside != 0:
+        raise HostBootError(f"podman's {what} range does not start at 0: {entries[0]}")
+    return base, size
 
 
 HOOK_ANNOTATION = "opsarena.start-hook"
@@ -1101,12 +1123,64 @@ class PodmanDriver(HostDriver):
         layers += [layer for layer in (data.get("LowerDir") or "").split(":") if layer]
         return layers
 
-    async def _make_disk(self, spec: HostSpec, name: str) -> powerdisk.PowerDisk:
+    async def _reserve_ids(self, spec: HostSpec, name: str) -> IdRange:
+        """A uid and gid range of the host's own, from podman's `--userns=auto` allocator.
+
+        Podman cannot map a `--rootfs` container itself, and it records the ranges it
+        hands out only for containers of its storage. So a power-cut host's range is
+        held by a container that is created and never started (`ids_name`): podman
+        gives it a range no other host has, and gives that range to nobody else while
+        it exists. The host runs with exactly that range (`--uidmap`/`--gidmap`); the
+        reservation is removed after the host and its disk (`remove`)."""
+        reservation = ids_name(name)
+        argv = [
+            "create", "--name", reservation, "--label", f"{LABEL_IDS_OF}={name}",
+            "--label", f"{LABEL_IDS_MATCH}={spec.match_id}", "--network", "none",
+            *self.podman.userns_flags, spec.image, "/bin/true",
+        ]  # fmt: skip
+        result = await self.podman.run(*argv)
+        if result.returncode != 0 and b"already in use" in result.stderr:
+            # A leftover of a host podman no longer has (the host itself was checked).
+            await self._drop_ids(name)
+            result = await self.podman.run(*argv)
+        if result.returncode != 0:
+            raise HostBootError(f"cannot reserve ids for {name}: {_last_line(result.stderr)}")
+        out = await self.podman.check(
+            "inspect", "--type", "container", "--format", "{{json .HostConfig.IDMappings}}",
+            reservation,
+        )  # fmt: skip
+        mappings = json.loads(out)
+        uid, size = _single_range(mappings.get("UidMap"), "uid")
+        gid, gid_size = _single_range(mappings.get("GidMap"), "gid")
+        if gid_size != size:
+            raise HostBootError(f"podman reserved {size} uids but {gid_size} gids for {name}")
+        return IdRange(uid, gid, size)
+
+    async def _drop_ids(self, name: str) -> None:
+        """Remove the id reservation of host `name` (nothing when it has none)."""
+        result = await self.podman.run("rm", "--force", "--time", "0", ids_name(name))
+        if result.returncode != 0:
+            raise HostUnavailableError(
+                f"cannot remove the id reservation of {name}: {_last_line(result.stderr)}"
+            )
+
+    async def _make_disk(self, spec: HostSpec, name: str) -> tuple[powerdisk.PowerDisk, IdRange]:
         disk = powerdisk.PowerDisk.of(name)
         await powerdisk.destroy(disk)  # a leftover of a host podman no longer has
-        layers = await self._image_layers(spec.image)
-        await powerdisk.create(disk, size_mb=spec.disk_mb, lowerdirs=layers, match_id=spec.match_id)
-        return disk
+        # The reservation (two podman calls) runs while the disk is made and served.
+        reserved = asyncio.create_task(self._reserve_ids(spec, name))
+        try:
+            layers = await self._image_layers(spec.image)
+            await powerdisk.create(
+                disk, size_mb=spec.disk_mb, lowerdirs=layers, match_id=spec.match_id,
+                ids=reserved,
+            )  # fmt: skip
+        except BaseException:
+            reserved.cancel()
+            with contextlib.suppress(BaseException):
+                await reserved
+            raise
+        return disk, reserved.result()
 
     async def create(self, spec: HostSpec, *, boot_timeout: float = 60.0) -> Host:
         name = self.host_name(spec.match_id, spec.territory)
@@ -1116,14 +1190,20 @@ class PodmanDriver(HostDriver):
             raise HostError(
                 f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
             )
-        disk = await self._make_disk(spec, name) if spec.power_cut else None
-        root = ["--rootfs", str(disk.root)] if disk else [spec.image]
+        disk: powerdisk.PowerDisk | None = None
         confine = self.podman.confine_flags
-        if disk is not None:
-            # podman 4.3 cannot map a `--rootfs` tree into a user namespace ("no uid
-            # mappings found"): a power-cut host keeps every other confinement but shares
-            # the machine's user namespace (docs/SECURITY.md, "What a host keeps").
-            confine = _without_userns(confine)
+        if spec.power_cut:
+            try:
+                disk, ids = await self._make_disk(spec, name)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._drop_ids(name))
+                raise
+            # podman 4.3 cannot map a `--rootfs` tree itself (`--userns=auto` fails with
+            # "no uid mappings found"): the disk is already shifted into the range
+            # reserved for the host, which it runs in (docs/SECURITY.md).
+            confine = [*_without_userns(confine), *ids.podman_flags()]
+        root = ["--rootfs", str(disk.root)] if disk else [spec.image]
         disk_labels = ["--label", f"{LABEL_DISK}=power"] if disk else []
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
@@ -1153,6 +1233,8 @@ class PodmanDriver(HostDriver):
             if disk is not None:
                 with contextlib.suppress(Exception):
                     await powerdisk.destroy(disk)
+                with contextlib.suppress(Exception):
+                    await self._drop_ids(name)
             raise
         return host
 
@@ -1164,7 +1246,8 @@ class PodmanDriver(HostDriver):
 
     async def sweep_runtime(self, *, match_id: str | None = None) -> builtins.list[str]:
         """Kill and delete runc containers annotated as ours that podman has forgotten,
-        and destroy power-cut disks whose host podman no longer has; return what went."""
+        and destroy power-cut disks and id reservations whose host podman no longer has;
+        return what went."""
         known = set(
             (await self.podman.check("ps", "--all", "--no-trunc", "--format", "{{.ID}}")).split()
         )
@@ -1190,6 +1273,16 @@ class PodmanDriver(HostDriver):
             async with powerdisk.locked(disk):
                 await powerdisk.destroy(disk)
             swept.append(f"disk:{disk.dir.name}")
+        reservations = await self.podman.check(
+            "ps", "--all", "--filter", f"label={LABEL_IDS_OF}", "--format", "json"
+        )
+        for row in json.loads(reservations or "[]"):
+            labels = row.get("Labels") or {}
+            host = labels.get(LABEL_IDS_OF, "")
+            if host in names or match_id not in (None, labels.get(LABEL_IDS_MATCH)):
+                continue
+            await self._drop_ids(host)
+            swept.append(f"ids:{host}")
         return swept
 
     async def get(self, name: str) -> Host:
@@ -1235,6 +1328,8 @@ class PodmanDriver(HostDriver):
         async with powerdisk.locked(disk):
             await self._rm(name)
             await powerdisk.destroy(disk)
+        # Last: podman may give the range to another host once this is gone.
+        await self._drop_ids(name)
 
     async def _rm(self, name: str) -> None:
         for _attempt in range(REMOVE_ATTEMPTS):

@@ -6,6 +6,16 @@ write cache → a loop device on `fuse/disk` → ext4 on the loop device, mounte
 → an overlay whose lower layers are the host image's and whose upper layer is
 `fs/upper`, mounted at `root/`: the host's root filesystem (`podman run --rootfs`).
 
+A host's disk gets the host's uid and gid range (`idmap.IdRange`): each image layer is
+seen through a read-only idmapped clone (`lower/N`) that shows its files as owned by
+the host's ids, and the upper layer's root belongs to the host's root. So the host runs
+in a user namespace of its own, and everything it writes lands on the machine's disk
+owned by its own uids, never by the machine's root. The disk's directory is `0700`
+(as is the directory of all disks); `root/` is not in it, because the host's root
+(an unprivileged uid on the machine) must reach it when the runtime sets the host up:
+it lies in `<disks>-roots/<host>/root`, whose `<host>` directory is `0700` and belongs
+to the host's root, below a `0711` directory.
+
 A power cut drops the server's cache and discards every later write; unmounting the
 ext4 then cannot write anything back either, so the next mount sees the disk as the
 last flush left it and replays the journal. Every program run here is the arena's own
@@ -26,13 +36,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
 from opsarena.errors import HostBootError, HostUnavailableError
+from opsarena.hosts.idmap import IdRange, mount_shifted
 from opsarena.hosts.process import run_process
 
 SERVER_START_TIMEOUT = 15.0
@@ -48,6 +59,14 @@ def disks_root() -> Path:
     if os.geteuid() == 0:
         return Path("/var/lib/opsarena/disks")
     return platformdirs.user_data_path("opsarena") / "disks"
+
+
+def _private_dir(path: Path, mode: int = 0o700) -> Path:
+    """`path` made (with its parents) and set to `mode`, whatever the umask or an older
+    arena left."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(mode)
+    return path
 
 
 @dataclass(frozen=True)
@@ -81,9 +100,25 @@ class PowerDisk:
         return self.dir / "fs"
 
     @property
+    def root_dir(self) -> Path:
+        """`<disks>-roots/<host>`: holds `root`; 0700, owned by the host's root."""
+        return self.dir.parent.with_name(self.dir.parent.name + "-roots") / self.dir.name
+
+    @property
     def root(self) -> Path:
         """The host's root filesystem (the overlay)."""
-        return self.dir / "root"
+        return self.root_dir / "root"
+
+    @property
+    def lower_dir(self) -> Path:
+        """Where the idmapped clones of the image's layers are attached (`0`, `1`, ...)."""
+        return self.dir / "lower"
+
+    @property
+    def ids(self) -> IdRange | None:
+        """The host's uid and gid range, or None for a disk made without one."""
+        text = self._read("idmap")
+        return IdRange.parse(text) if text else None
 
     @property
     def upper(self) -> Path:
@@ -177,18 +212,27 @@ def _alive(pid: int) -> bool:
 
 
 async def create(
-    disk: PowerDisk, *, size_mb: int, lowerdirs: list[str], match_id: str = ""
+    disk: PowerDisk,
+    *,
+    size_mb: int,
+    lowerdirs: list[str],
+    match_id: str = "",
+    ids: IdRange | Awaitable[IdRange] | None = None,
 ) -> None:
     """Make, serve and mount a new disk of `size_mb` MiB whose overlay lies over
-    `lowerdirs` (topmost first). Raises `HostBootError` or `HostUnavailableError`; a
-    half-made disk is destroyed first."""
+    `lowerdirs` (topmost first), shifted into `ids` when given (a disk for a host in a
+    user namespace of its own). `ids` may still be on its way: it is awaited only once
+    the filesystem is made and served. Raises `HostBootError` or `HostUnavailableError`;
+    a half-made disk is destroyed first."""
     if not lowerdirs:
         raise HostBootError("the host image has no layers to lay a power-cut disk over")
-    disk.dir.mkdir(parents=True, exist_ok=False)
+    _private_dir(disk.dir.parent)
+    disk.dir.mkdir(mode=0o700, exist_ok=False)
     try:
-        disk.fuse_dir.mkdir()
-        disk.fs.mkdir()
-        disk.root.mkdir()
+        disk.dir.chmod(0o700)
+        disk.fuse_dir.mkdir(mode=0o700)
+        disk.fs.mkdir(mode=0o700)
+        _make_root_dir(disk, shifted=ids is not None)
         (disk.dir / "lowerdir").write_text(":".join(lowerdirs))
         (disk.dir / "match").write_text(match_id)
         os.truncate(_created(disk.backing), size_mb * 1024 * 1024)
@@ -199,6 +243,10 @@ async def create(
             str(disk.backing), what="making the power-cut disk's filesystem", timeout=60.0,
         )  # fmt: skip
         await _serve(disk)
+        if ids is not None:
+            known = ids if isinstance(ids, IdRange) else await ids
+            os.chown(disk.root_dir, known.uid, known.gid)
+            (disk.dir / "idmap").write_text(known.text())
         await attach(disk)  # and the overlay on it
     except BaseException:
         with contextlib.suppress(Exception):
@@ -206,10 +254,35 @@ async def create(
         raise
 
 
+def _make_root_dir(disk: PowerDisk, *, shifted: bool) -> None:
+    """`root_dir` and the `root` mountpoint in it. For a `shifted` disk `root_dir` will
+    belong to the host's root: the runtime resolves `--rootfs` as that uid, which may
+    search nothing of the machine's but directories open to all, so every directory
+    above must be."""
+    parent = _private_dir(disk.root_dir.parent, 0o711)
+    if shifted:
+        for above in (parent, *parent.parents):
+            if not above.stat().st_mode & 0o001:
+                raise HostBootError(
+                    f"{above} is closed to other users, so a host in a user namespace of "
+                    f"its own cannot reach its root below it (chmod o+x {above}, or set "
+                    "OPSARENA_DISK_ROOT elsewhere)"
+                )
+    disk.root_dir.mkdir(mode=0o700, exist_ok=True)
+    disk.root_dir.chmod(0o700)
+    disk.root.mkdir(mode=0o755, exist_ok=True)
+
+
 def _make_layer_dirs(disk: PowerDisk) -> None:
-    """The overlay's upper and work directories, durably (a cut must not take them)."""
+    """The overlay's upper and work directories, durably (a cut must not take them).
+    The upper directory is the root directory the host sees: its root owns it. The
+    ext4's own root is the machine's and closed to everyone else."""
+    disk.fs.chmod(0o700)
     disk.upper.mkdir(exist_ok=True)
-    (disk.fs / "work").mkdir(exist_ok=True)
+    ids = disk.ids
+    if ids is not None:
+        os.chown(disk.upper, ids.uid, ids.gid)
+    (disk.fs / "work").mkdir(mode=0o700, exist_ok=True)
     fd = os.open(disk.fs, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -236,16 +309,48 @@ async def attach(disk: PowerDisk) -> None:
         "losetup", "--find", "--show", str(disk.served), what="attaching the power-cut disk"
     )
     (disk.dir / "loop").write_text(loop)
-    await _run("mount", "-t", "ext4", "-o", "noatime", loop, str(disk.fs),
+    # nosuid, nodev: the machine's own view of what the host wrote grants nothing.
+    await _run("mount", "-t", "ext4", "-o", "noatime,nosuid,nodev", loop, str(disk.fs),
                what="mounting the power-cut disk")  # fmt: skip
     if not (disk.dir / "lowerdir").read_text():
         return
     await asyncio.to_thread(_make_layer_dirs, disk)
+    await asyncio.to_thread(_mount_lowers, disk)
     await _mount_overlay(disk)
 
 
+def _lowerdirs(disk: PowerDisk) -> list[str]:
+    """The overlay's lower layers: the image's, or their idmapped clones."""
+    layers = disk._read("lowerdir").split(":")
+    if disk.ids is None:
+        return layers
+    return [str(disk.lower_dir / str(index)) for index in range(len(layers))]
+
+
+def _mount_lowers(disk: PowerDisk) -> None:
+    """Attach the idmapped clone of each image layer that is not attached yet (they
+    stay across power cuts: they hold nothing of the ext4's)."""
+    ids = disk.ids
+    if ids is None:
+        return
+    disk.lower_dir.mkdir(mode=0o700, exist_ok=True)
+    for index, layer in enumerate(disk._read("lowerdir").split(":")):
+        target = disk.lower_dir / str(index)
+        target.mkdir(mode=0o700, exist_ok=True)
+        if _mounted(target):
+            continue
+        try:
+            mount_shifted(Path(layer), target, ids)
+        except OSError as exc:
+            raise HostBootError(
+                f"cannot give the image layer {layer} the host's ids (an idmapped mount, "
+                f"Linux 5.19+ for overlayfs over it): {exc.strerror or exc}"
+            ) from exc
+
+
 async def _mount_overlay(disk: PowerDisk) -> None:
-    options = f"lowerdir={disk._read('lowerdir')},upperdir={disk.upper},workdir={disk.fs / 'work'}"
+    lower = ":".join(_lowerdirs(disk))
+    options = f"lowerdir={lower},upperdir={disk.upper},workdir={disk.fs / 'work'}"
     await _run("mount", "-t", "overlay", "overlay", "-o", options, str(disk.root),
                what="mounting the host's root on its power-cut disk")  # fmt: skip
 
@@ -299,9 +404,14 @@ async def destroy(disk: PowerDisk) -> None:
     """Unmount everything, stop the server and delete the disk. Best effort at every
     step, so that a half-made disk goes too."""
     if not disk.exists():
+        await asyncio.to_thread(_remove_tree, disk.root_dir)
         return
     with contextlib.suppress(HostUnavailableError):
         await detach(disk)
+    if disk.lower_dir.is_dir():
+        for lower in sorted(disk.lower_dir.iterdir()):
+            with contextlib.suppress(HostUnavailableError):
+                await _umount(lower, "an image layer's idmapped clone", lazy_at_last=True)
     pid_text = disk._read("server.pid")
     # The server's own mount: lazily at last (a namespace of a dying container may
     # still hold it); the server exits once nothing does.
@@ -315,7 +425,19 @@ async def destroy(disk: PowerDisk) -> None:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    await asyncio.to_thread(shutil.rmtree, disk.dir, True)
+    await asyncio.to_thread(_remove_tree, disk.dir)
+    await asyncio.to_thread(_remove_tree, disk.root_dir)
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete `path` and everything in it, but never through a mount: whatever is still
+    mounted below it (a step above that failed) is detached lazily first."""
+    prefix = str(path) + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        below = [line.split()[4] for line in mountinfo]
+    for target in sorted((t for t in below if t.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", target], check=False, capture_output=True, timeout=30)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def all_disks() -> list[PowerDisk]:
@@ -323,6 +445,7 @@ def all_disks() -> list[PowerDisk]:
     root = disks_root()
     if not root.is_dir():
         return []
+    root.chmod(0o700)  # closed to other users, whichever arena made it
     return [PowerDisk(path) for path in sorted(root.iterdir()) if path.is_dir()]
 
 

@@ -14,6 +14,11 @@ run by podman (as the arena's user) every time a host starts, gives that one
 directory and what is in it to the uid and gid that are root inside the host, so its
 systemd manages its own subtree and nothing above it.
 
+Every host the arena starts has a user namespace of its own (power-cut hosts too: the
+driver maps their disk into a reserved range). A host that shares the machine's user
+namespace would be root on the machine with the machine root's limits, so the hook
+refuses to let it start.
+
 Run as `python -I -S start_hook.py` with the OCI state on stdin; imports only the
 standard library and executes nothing from the host.
 """
@@ -45,7 +50,7 @@ def set_limits(pid: int) -> None:
     """Enter the user namespace of `pid` (this program is single-threaded, as setns
     requires) and write `LIMITS` there: sysctls of that namespace, not the machine's."""
     if os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
-        return  # the host shares the machine's user namespace: nothing of its own to set
+        raise SystemExit(f"pid {pid} shares the machine's user namespace: refusing to start it")
     fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(fd, CLONE_NEWUSER) != 0:
@@ -77,8 +82,8 @@ def hand_over_cgroup(pid: int) -> None:
     if not parts or any(part in (".", "..") for part in parts):
         raise SystemExit(f"pid {pid} has no cgroup of its own in {HIERARCHY} ({path!r})")
     uid, gid = _root_of(pid, "uid_map"), _root_of(pid, "gid_map")
-    if uid == 0:
-        return  # the host shares the machine's user namespace: nothing to hand over
+    if uid == 0 or gid == 0:
+        raise SystemExit(f"the root of pid {pid} is the machine's root: refusing to start it")
     top = HIERARCHY + "/" + "/".join(parts)
     for directory, dirs, files in os.walk(top, followlinks=False):
         os.chown(directory, uid, gid, follow_symlinks=False)
