@@ -103,6 +103,28 @@ def test_apply_overwrite_concurrent_indeterminate_and_drop() -> None:
     assert (s.verified, s.lost, s.unexpected, s.records) == (1, 1, 1, 2)
 
 
+def test_a_read_settles_concurrent_writes_and_forgiven_records_are_dropped() -> None:
+    ledger = Ledger()
+    p = Pending("t", "write-read", 1, ledger)
+    slot = Slot("t", "write-read", 1, "same-id-0")
+    for value in (b"s1", b"s2", b"s3"):
+        p.write("b", value, slot, acknowledged=True, concurrent=True)
+    p.settle("b", sha(b"s2"))  # the same-id GET read s2: from now on only s2 is right
+    b = ledger.entries["b"]
+    assert b.accepted == [sha(b"s2")] and set(b.older) == {sha(b"s1"), sha(b"s3")}
+    assert classify(b, 200, sha(b"s1")) == "stale"
+    folded = Ledger()
+    folded.apply(LedgerUpdate.model_validate(p.update().model_dump(mode="json")))
+    assert folded.entries["b"].accepted == [sha(b"s2")]
+    assert classify(folded.entries["b"], 200, sha(b"s3")) == "stale"
+
+    check = Pending("t", "disk-loss", 1)
+    check.forgive("b")
+    folded.apply(check.update())
+    assert "b" not in folded.entries
+    assert (folded.summary.forgiven, folded.summary.lost) == (1, 0)
+
+
 def test_a_live_ledger_and_a_folded_one_agree() -> None:
     live = Ledger()
     p = Pending("t", "write-read", 1, live)

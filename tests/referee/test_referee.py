@@ -28,7 +28,9 @@ VOCABULARY = {
     "milestone_passed": {"territory", "milestone", "points", "evidence", "attempt"},
     "fault_injected": {"territory", "milestone", "attempt", "fault", "ok", "detail", "duration_ms"},
     "host_state": {"territory", "state"},
-    "ledger_update": {"territory", "milestone", "attempt", "writes", "checked", "dropped"},
+    "ledger_update": {
+        "territory", "milestone", "attempt", "writes", "checked", "dropped", "settled"
+    },
 }  # fmt: skip
 
 

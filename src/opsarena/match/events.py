@@ -233,6 +233,7 @@ class LedgerUpdated(EventData):
     writes: list[LedgerWrite] = Field(default_factory=list)
     checked: LedgerCounts = Field(default_factory=LedgerCounts)
     dropped: list[str] = Field(default_factory=list)
+    settled: dict[str, str] = Field(default_factory=dict)
 
     def to_update(self) -> LedgerUpdate:
         return LedgerUpdate.model_validate(self.model_dump())

@@ -81,10 +81,18 @@ class LedgerUpdate(BaseModel):
     checked: LedgerCounts = Field(default_factory=LedgerCounts)
     dropped: list[str] = Field(default_factory=list)
     """Ids dropped after they were found lost, corrupted or stale."""
+    settled: dict[str, str] = Field(default_factory=dict)
+    """Id -> sha256 of the value a read returned among several correct ones (concurrent
+    PUTs to one id): from then on only that value is correct, the others are older."""
 
     @property
     def empty(self) -> bool:
-        return not self.writes and not self.dropped and self.checked == LedgerCounts()
+        return (
+            not self.writes
+            and not self.dropped
+            and not self.settled
+            and self.checked == LedgerCounts()
+        )
 
 
 class LedgerSummary(BaseModel):
@@ -158,6 +166,8 @@ class Ledger:
         s.stale += c.stale
         s.unexpected += c.unexpected
         s.forgiven += c.forgiven
+        for record_id, sha256 in update.settled.items():
+            self.settle(record_id, sha256)
         for record_id in update.dropped:
             self.entries.pop(record_id, None)
         s.records = len(self.entries)
@@ -186,6 +196,18 @@ class Ledger:
             return
         entry.older.extend(h for h in entry.accepted if h != write.sha256)
         entry.accepted, entry.slots, entry.sizes = [write.sha256], [slot], [write.size]
+        entry.absent_ok = False
+
+    def settle(self, record_id: str, sha256: str) -> None:
+        """A read of `record_id` returned the correct value `sha256` among several: only
+        it stays correct (use `apply`, or `Pending.settle` during an attempt)."""
+        entry = self.entries.get(record_id)
+        if entry is None or sha256 not in entry.accepted or len(entry.accepted) < 2:
+            return
+        keep = entry.accepted.index(sha256)
+        entry.older.extend(h for h in entry.accepted if h != sha256)
+        entry.accepted = [sha256]
+        entry.slots, entry.sizes = [entry.slots[keep]], [entry.sizes[keep]]
         entry.absent_ok = False
 
     def owner_of(self, sha256: str) -> str | None:
@@ -235,6 +257,7 @@ class Pending:
         self.writes: list[LedgerWrite] = []
         self.checked = LedgerCounts()
         self.dropped: list[str] = []
+        self.settled: dict[str, str] = {}
 
     def write(
         self,
@@ -267,6 +290,12 @@ class Pending:
         if record_id is not None and outcome != "unexpected" and record_id not in self.dropped:
             self.dropped.append(record_id)
 
+    def settle(self, record_id: str, sha256: str) -> None:
+        """A read of `record_id` returned `sha256`, one of its several correct values."""
+        self.settled[record_id] = sha256
+        if self.ledger is not None:
+            self.ledger.settle(record_id, sha256)
+
     def forgive(self, record_id: str) -> None:
         """`record_id` read back lost or stale where the challenge allows it: counted as
         forgiven and dropped (a later re-read must not find it missing again)."""
@@ -282,4 +311,5 @@ class Pending:
             writes=list(self.writes),
             checked=self.checked.model_copy(),
             dropped=list(self.dropped),
+            settled=dict(self.settled),
         )
