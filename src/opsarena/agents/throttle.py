@@ -16,6 +16,7 @@ import asyncio
 from opsarena.hosts import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    DiskUse,
     ExecResult,
     Host,
     Proc,
@@ -121,8 +122,8 @@ class ThrottledHost(Host):
     async def wait_ready(self, timeout: float) -> str:
         return await self.inner.wait_ready(timeout)
 
-    async def disk_usage(self) -> int:
-        return await self.inner.disk_usage()
+    async def disk_use(self) -> DiskUse:
+        return await self.inner.disk_use()
 
     async def freeze_disk(self) -> None:
         await self.inner.freeze_disk()

@@ -80,7 +80,10 @@ async def run_process(
     try:
         async with asyncio.timeout(timeout):
             await feed()
-            (out, out_cut), (err, err_cut) = await readers
+            # Shielded: the timeout cancels this wait, not the readers, which still
+            # hold what was read so far (a cancelled gather would raise CancelledError
+            # out of the handler below instead of a timed-out result).
+            (out, out_cut), (err, err_cut) = await asyncio.shield(readers)
             returncode = await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
