@@ -78,6 +78,12 @@ class ServiceNotRestartedError(ServiceRestartError):
     (no `Restart=`), the competitor's fault."""
 
 
+class DiskMeasureError(HostError):
+    """A host's disk could not be measured: counting its writable layer failed or ran past
+    its time. What the host wrote there decides that, so it is the host's doing; the arena
+    freezes such a disk rather than leave it unbounded."""
+
+
 class FaultUnsupportedError(HostError):
     """The host (its driver, or the way it was created) cannot undergo the fault asked
     for: e.g. a power cut on a host created without a power-cut disk."""

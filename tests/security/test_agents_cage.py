@@ -21,7 +21,7 @@ import pytest
 
 from opsarena.agents import AgentContext
 from opsarena.agents.cage import DEFAULT_LIMITS, SCRATCH_BYTES
-from opsarena.agents.command import CommandAgent
+from opsarena.agents.command import GATE_BUDGET, CommandAgent
 from opsarena.hosts import Host
 from tests.agents.contexts import Events, cmdline, recording_context, script
 from tests.hardening.conftest import SharedHosts, shared_hosts
@@ -56,7 +56,7 @@ async def run_attack(
 ) -> tuple[str, str, Events]:
     program = script(tmp_path / "attack.sh", body)
     ctx, events = context(host)
-    agent = CommandAgent([str(program)], grace_s=0.5, wall_s=60, **options)  # type: ignore[arg-type]
+    agent = CommandAgent([str(program)], **{"grace_s": 0.5, "wall_s": 60, **options})  # type: ignore[arg-type]
     outcome = await agent.run(ctx)
     assert outcome.terminal_state in ("completed", "failed"), outcome
     return stream(events, "stdout"), stream(events, "stderr"), events
@@ -402,6 +402,81 @@ async def test_malformed_requests_to_its_own_gate_are_refused_one_by_one(
     assert out.rstrip().endswith("still-serving"), out
     assert [e["command"] for e in transcript(events)] == ["echo still-serving"]
     assert (await host.exec("test -e /tmp/bad", timeout=30)).exit_code == 1
+
+
+def rss_mib(field: str) -> float:
+    """This process's resident memory (`VmRSS`) or its peak since the last reset
+    (`VmHWM`), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(field)
+
+
+async def test_flooding_its_gate_with_huge_requests_holds_bounded_arena_memory(
+    shared_hosts: SharedHosts, tmp_path: Path
+) -> None:
+    """Red team (the gate is the arena's memory): 8 request lines of 132 MiB at once (an
+    exec whose standard input is 99 MiB of base64, the largest line the gate once took:
+    the arena held ~1.5 GB), then 6 execs announcing 100 MiB of raw standard input each,
+    straight to the socket. The arena process's peak grows by less than the gate's
+    budget plus a margin; the documented interface still carries a 100 MiB file intact,
+    and refuses a standard input over 100 MiB with a line saying so."""
+    host = await shared_hosts("attacker")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = rss_mib("VmRSS")
+    out, err, events = await run_attack(
+        host,
+        tmp_path,
+        """
+        #!/bin/bash
+        token=$(grep -o 'gate.sock [^ ]*' /opsarena/exec | cut -d' ' -f2)
+        python3 - "$token" <<'PY'
+        import json, socket, sys, threading
+        token, chunk = sys.argv[1], b"A" * (1 << 20)
+        head = {"op": "exec", "command": "cat >/dev/null", "token": token, "timeout": 60}
+        def flood(first, mib, last):
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect("/opsarena/gate/gate.sock")
+                    s.sendall(first)
+                    for _ in range(mib):
+                        s.sendall(chunk)
+                    s.sendall(last)
+                    s.shutdown(socket.SHUT_WR)
+                    b"".join(iter(lambda: s.recv(65536), b""))
+            except OSError:
+                pass
+        line = json.dumps(head).encode()[:-1] + b', "stdin": "'
+        raw = json.dumps({**head, "stdin_size": 100 << 20}).encode() + b"\\n"
+        for first, mib, last, count in [(line, 132, b'"}\\n', 8), (raw, 100, b"", 6)]:
+            threads = [threading.Thread(target=flood, args=(first, mib, last))
+                       for _ in range(count)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        print("flooded", flush=True)
+        PY
+        head -c 100M /dev/urandom > "$HOME/big"
+        $OPSARENA_PUT "$HOME/big" /var/tmp/big; echo "put $?"
+        echo "local $(sha256sum < "$HOME/big")"
+        rm "$HOME/big"
+        $OPSARENA_EXEC 'echo "remote $(sha256sum < /var/tmp/big)"; rm /var/tmp/big'
+        head -c 3M /dev/zero | $OPSARENA_EXEC 'wc -c'
+        head -c 101M /dev/zero | $OPSARENA_EXEC 'wc -c'; echo "over $?"
+        """,
+        wall_s=300,
+    )
+    grown = rss_mib("VmHWM") - before
+    print(f"arena peak grew by {grown:.0f} MiB (gate budget {GATE_BUDGET >> 20} MiB)")
+    assert "flooded" in out and "put 0" in out, (out, err)
+    local = re.search(r"^local (\w+)", out, re.M)
+    assert local and f"remote {local[1]}" in out, out
+    assert re.search(r"^3145728$", out, re.M), out
+    assert "over 2" in out and "standard input over 104857600 bytes" in err, err
+    assert grown < (GATE_BUDGET >> 20) + 96, f"the arena's peak grew by {grown:.0f} MiB"
+    assert transcript(events), "the honest requests were served"
 
 
 async def test_kernel_interfaces_no_build_needs_are_refused(

@@ -28,8 +28,8 @@ outlives `run`: whatever is left in its cgroup is killed when `run` ends.
 from __future__ import annotations
 
 import asyncio
-import base64
 import codecs
+import collections
 import contextlib
 import json
 import logging
@@ -76,10 +76,31 @@ MAX_EXEC_TIMEOUT = 3600.0
 DEFAULT_GRACE = 5.0
 _CHUNK = 8192
 _DRAIN_CHUNK = 1024 * 1024
-_GATE_LINE_LIMIT = 2 * DEFAULT_FILE_LIMIT  # a base64 file of the largest size fits
+GATE_HEADER_LIMIT = 1024 * 1024
+"""Longest request line (JSON, before its payload); also what each connection's stream
+buffers at most (twice this) before the gate pauses reading it."""
+PAYLOAD_LIMIT = DEFAULT_FILE_LIMIT
+"""Largest payload of one request: a put's file, an exec's standard input."""
+GATE_CONNECTIONS = 16
+"""Connections one gate has accepted at once; the program's further connects wait in the
+listening socket's backlog (the kernel's), not in the arena's memory."""
 GATE_READERS = 8
-"""Requests one gate reads at once; the others wait in their sockets (kernel buffers),
-so a program opening thousands of connections cannot fill the arena's memory."""
+"""Requests one gate reads (line and payload) at once. A request waiting for the
+competitor's host-operation cap, running, or answering holds no reader."""
+EXEC_REPLY_ALLOWANCE = 4 * DEFAULT_OUTPUT_LIMIT + 1024 * 1024
+"""Bytes an exec's answer may take in the arena: stdout and stderr as podman's reader
+keeps and copies them, the reply's copies in the socket's buffer, one chunk of stdin
+in the pipe to podman."""
+PUT_ALLOWANCE = 1024 * 1024
+"""Likewise for a put: one chunk of the file in the pipe to podman."""
+GATE_BUDGET = 256 * 1024 * 1024
+"""Bytes of requests one gate holds at once: each request is charged its line, twice its
+payload while it is read (the chunks, then the one `bytes` they are joined into) and once
+after, and its answer's allowance, before its payload is read, until its answer is
+written. A request waits for room (its payload still in the program's socket); the
+largest possible one always fits. So one agent's requests, however many and however
+large, never hold more than this in the arena (docs/SECURITY.md has the measurement)."""
+_PAYLOAD_CHUNK = 1024 * 1024
 _SHIM = Path(__file__).with_name("exec_shim.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"
 _HAVE_SYSTEM_PYTHON = os.path.exists(_SYSTEM_PYTHON)
@@ -178,14 +199,11 @@ class CommandAgent(Agent):
         token = secrets.token_urlsafe(24)
         workdir = Path(tempfile.mkdtemp(prefix="opsarena-agent-"))  # root only, 0700
         gate = _Gate(ctx, uid=uid, token=token)
-        server: asyncio.Server | None = None
         seccomp_fd: int | None = None
         try:
             view = _make_view(workdir / "view", ctx.brief, token)
             socket_path = view / "gate" / "gate.sock"
-            server = await asyncio.start_unix_server(
-                gate.serve, path=str(socket_path), limit=_GATE_LINE_LIMIT
-            )
+            gate.listen(str(socket_path))
             socket_path.chmod(0o666)  # reachable only through this program's own view
             env = {
                 **self.env,
@@ -218,8 +236,6 @@ class CommandAgent(Agent):
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
-            if server is not None:
-                server.close()
             await gate.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -360,10 +376,72 @@ def peer_uid(writer: asyncio.StreamWriter) -> int | None:
     return int(uid)
 
 
+class _Budget:
+    """A count of bytes requests take and give back; a request that does not fit waits,
+    in arrival order (a large request is not starved by small ones behind it)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self.peak = 0
+        """The most bytes taken at once (for tests and the bench)."""
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = (
+            collections.deque()
+        )
+
+    async def take(self, size: int) -> None:
+        if not 0 <= size <= self.total:
+            raise ValueError(f"{size} bytes can never fit in a budget of {self.total}")
+        if not self._waiting and size <= self.free:
+            self._took(size)
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((size, granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.give(size)  # granted, but cancelled before it could be used
+            raise
+
+    def give(self, size: int) -> None:
+        self.free += size
+        while self._waiting:
+            size, granted = self._waiting[0]
+            if granted.done():  # cancelled while waiting
+                self._waiting.popleft()
+                continue
+            if size > self.free:
+                break
+            self._waiting.popleft()
+            self._took(size)
+            granted.set_result(None)
+
+    def _took(self, size: int) -> None:
+        self.free -= size
+        self.peak = max(self.peak, self.total - self.free)
+
+
+class _Refused(Exception):
+    """A request the gate answers with exit code 2 and does nothing for."""
+
+
 class _Gate:
-    """Answers the shim's requests (one JSON line each way) by acting on `ctx.host`, for
-    the program of uid `uid` presenting `token` only: anything else gets exit code 2 and
-    nothing is done or recorded in this agent's name."""
+    """Answers the shim's requests by acting on `ctx.host`, for the program of uid `uid`
+    presenting `token` only: anything else gets exit code 2 and nothing is done or
+    recorded in this agent's name.
+
+    The protocol (the shim's side is `exec_shim.py`): a request is one JSON line,
+    `{"token", "op": "exec", "command", "timeout", "stdin_size": N | null}` or `{"token",
+    "op": "put", "path", "mode", "size": N}`, followed by exactly N raw bytes (the
+    standard input, the file); the answer is one JSON line, `{"exit_code", "error"?,
+    "stdout_size", "stderr_size"}`, followed by those raw bytes of stdout, then stderr.
+
+    What it holds in the arena is bounded whatever the program does: at most
+    `GATE_CONNECTIONS` accepted connections (each stream buffering at most twice
+    `GATE_HEADER_LIMIT` before it is paused), `GATE_READERS` of them reading at once, and
+    every request's payload and answer charged to `GATE_BUDGET` before its payload is
+    read (see `GATE_BUDGET`)."""
 
     def __init__(self, ctx: AgentContext, *, uid: int, token: str) -> None:
         self.ctx = ctx
@@ -371,42 +449,124 @@ class _Gate:
         self.token = token
         self.tasks: set[asyncio.Task[None]] = set()
         self.refused = 0
+        self.budget = _Budget(GATE_BUDGET)
         self._readers = asyncio.Semaphore(GATE_READERS)
+        self._connections = asyncio.Semaphore(GATE_CONNECTIONS)
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
+    def listen(self, path: str) -> None:
+        """Serve the gate on a new unix socket at `path`."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            listener.listen(64)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept(listener), name="gate-accept")
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._connections.acquire()
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, say: the program waits meanwhile
+                self._connections.release()
+                log.warning("%s: its gate cannot accept: %s", self.ctx.territory, exc)
+                await asyncio.sleep(0.1)
+                continue
+            except BaseException:
+                self._connections.release()
+                raise
+            task = asyncio.create_task(self._connection(conn))
             self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def close(self) -> None:
+        """Stop accepting, close the socket, cancel the requests still in flight (or
+        waiting for the competitor's cap): their shims see the connection drop (255)."""
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _connection(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=GATE_HEADER_LIMIT)
+        except BaseException:
+            conn.close()
+            self._connections.release()
+            raise
+        held = 0
         try:
             async with self._readers:
-                reply = await self._handle(reader, writer)
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                try:
+                    request, payload, held = await self._read(reader, writer)
+                except _Refused as exc:
+                    await self._reply(writer, {"exit_code": 2, "error": str(exc)})
+                    return
+            # The reader is free again: waiting for the competitor's cap holds none.
+            answer, out, err = await self._answer(request, payload)
+            del payload
+            await self._reply(writer, answer, out, err)
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             # `close` cancels requests still in flight (or waiting for the competitor's
             # cap) when the agent ends; the shim sees the connection drop (exit 255).
-            # Ending quietly keeps asyncio's server callback from logging each one.
             return
         finally:
+            self.budget.give(held)
             writer.close()
-            if task is not None:
-                self.tasks.discard(task)
+            self._connections.release()
 
-    async def _handle(
+    async def _read(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bytes, int]:
+        """The request, its payload and the bytes of budget it now holds. Raises
+        `_Refused` (nothing taken) for a request the gate does not serve."""
         try:
-            request = json.loads(await reader.readline())  # ValueError past the limit
-            if not self._authentic(writer, request):
-                self.refused += 1
-                if self.refused == 1:  # once: a flood of refusals must not flood the log
-                    log.warning("%s: a request to its gate was refused", self.ctx.territory)
-                return {"exit_code": 2, "error": "this gate belongs to another agent"}
-            return await self._answer(request)
+            line = await reader.readline()  # ValueError past GATE_HEADER_LIMIT
+            request = json.loads(line)
+        except ValueError as exc:
+            raise _Refused(f"bad request to the gate: {exc}") from None
+        if not self._authentic(writer, request):
+            self.refused += 1
+            if self.refused == 1:  # once: a flood of refusals must not flood the log
+                log.warning("%s: a request to its gate was refused", self.ctx.territory)
+            raise _Refused("this gate belongs to another agent")
+        try:
+            size = _payload_size(request)
         except (ValueError, KeyError, TypeError) as exc:
-            return {"exit_code": 2, "error": f"bad request to the gate: {exc}"}
+            raise _Refused(f"bad request to the gate: {exc}") from None
+        allowance = PUT_ALLOWANCE if request["op"] == "put" else EXEC_REPLY_ALLOWANCE
+        cost = len(line) + 2 * size + allowance
+        await self.budget.take(cost)
+        try:
+            chunks = []
+            remaining = size
+            while remaining:
+                chunk = await reader.read(min(remaining, _PAYLOAD_CHUNK))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", remaining)
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            payload = b"".join(chunks)
+            del chunks
+        except BaseException:
+            self.budget.give(cost)
+            raise
+        self.budget.give(size)  # the chunks are gone; the joined payload stays charged
+        return request, payload, cost - size
 
     def _authentic(self, writer: asyncio.StreamWriter, request: object) -> bool:
         token = request.get("token") if isinstance(request, dict) else None
@@ -416,30 +576,35 @@ class _Gate:
             and secrets.compare_digest(token.encode(), self.token.encode())
         )
 
-    async def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+    async def _reply(
+        self, writer: asyncio.StreamWriter, answer: dict[str, Any], out: bytes = b"",
+        err: bytes = b"",
+    ) -> None:  # fmt: skip
+        answer = {**answer, "stdout_size": len(out), "stderr_size": len(err)}
+        writer.write(json.dumps(answer).encode() + b"\n")
+        writer.write(out)
+        writer.write(err)
+        await writer.drain()
 
-    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _answer(
+        self, request: dict[str, Any], payload: bytes
+    ) -> tuple[dict[str, Any], bytes, bytes]:
         host = self.ctx.host
         if request["op"] == "put":
-            path, data = str(request["path"]), base64.b64decode(request["data"])
+            path, mode = str(request["path"]), int(request.get("mode", 0o644)) & 0o7777
             try:
-                await host.write_file(path, data, mode=int(request.get("mode", 0o644)) & 0o7777)
+                await host.write_file(path, payload, mode=mode)
             except HostError as exc:
                 await self._record(
-                    {"kind": "put", "path": path, "bytes": len(data), "error": str(exc)}
+                    {"kind": "put", "path": path, "bytes": len(payload), "error": str(exc)}
                 )
                 code = 255 if isinstance(exc, HostUnavailableError) else 1
-                return {"exit_code": code, "error": str(exc)}
-            await self._record({"kind": "put", "path": path, "bytes": len(data)})
-            return {"exit_code": 0}
+                return {"exit_code": code, "error": str(exc)}, b"", b""
+            await self._record({"kind": "put", "path": path, "bytes": len(payload)})
+            return {"exit_code": 0}, b"", b""
         command = str(request["command"])
-        stdin = base64.b64decode(request["stdin"]) if request.get("stdin") is not None else None
-        timeout = float(request.get("timeout") or 300)
-        if not 0 < timeout < math.inf:  # also NaN
-            raise ValueError(f"timeout {request.get('timeout')!r} is not a positive number")
-        timeout = min(timeout, MAX_EXEC_TIMEOUT)
+        stdin = payload if request.get("stdin_size") is not None else None
+        timeout = min(float(request.get("timeout") or 300), MAX_EXEC_TIMEOUT)
         try:
             result = await host.exec(
                 command, timeout=timeout, input=stdin, output_limit=DEFAULT_OUTPUT_LIMIT
@@ -447,7 +612,7 @@ class _Gate:
         except HostError as exc:
             error = f"the host is not reachable (it may be rebooting): {exc}"
             await self._record({"kind": "exec", "command": command, "error": error})
-            return {"exit_code": 255, "error": error}
+            return {"exit_code": 255, "error": error}, b"", b""
         await self._record(
             {
                 "kind": "exec",
@@ -457,19 +622,37 @@ class _Gate:
                 "stderr": _clip(result.stderr),
             }
         )
-        reply: dict[str, Any] = {
-            "exit_code": result.exit_code,
-            "stdout": base64.b64encode(result.stdout).decode(),
-            "stderr": base64.b64encode(result.stderr).decode(),
-        }
+        answer: dict[str, Any] = {"exit_code": result.exit_code}
         if result.timed_out:
-            reply["error"] = f"killed after {timeout:g}s (OPSARENA_EXEC_TIMEOUT)"
+            answer["error"] = f"killed after {timeout:g}s (OPSARENA_EXEC_TIMEOUT)"
         elif result.truncated:
-            reply["error"] = f"output cut after {DEFAULT_OUTPUT_LIMIT} bytes per stream"
-        return reply
+            answer["error"] = f"output cut after {DEFAULT_OUTPUT_LIMIT} bytes per stream"
+        return answer, result.stdout, result.stderr
 
     async def _record(self, entry: dict[str, Any]) -> None:
         await self.ctx.report("transcript", {"entry": entry})
+
+
+def _payload_size(request: dict[str, Any]) -> int:
+    """The payload size `request` announces, after checking the request's fields (raises
+    `ValueError`, `KeyError` or `TypeError` naming what is wrong)."""
+    op = request["op"]
+    if op == "put":
+        str(request["path"])
+        int(request.get("mode", 0o644))
+        size = request["size"]
+    elif op == "exec":
+        str(request["command"])
+        timeout = float(request.get("timeout") or 300)
+        if not 0 < timeout < math.inf:  # also NaN
+            raise ValueError(f"timeout {request.get('timeout')!r} is not a positive number")
+        size = request.get("stdin_size")
+        size = 0 if size is None else size
+    else:
+        raise ValueError(f"unknown operation {op!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= PAYLOAD_LIMIT:
+        raise ValueError(f"a payload of {size!r} bytes: at most {PAYLOAD_LIMIT} may be sent")
+    return size
 
 
 def _clip(data: bytes) -> str:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from opsarena.hosts import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
+    DiskUse,
     ExecResult,
     Host,
     Proc,
@@ -145,8 +146,8 @@ class ThrottledHost(Host):
     async def wait_ready(self, timeout: float) -> str:
         return await self.inner.wait_ready(timeout)
 
-    async def disk_usage(self) -> int:
-        return await self.inner.disk_usage()
+    async def disk_use(self) -> DiskUse:
+        return await self.inner.disk_use()
 
     async def freeze_disk(self) -> None:
         await self.inner.freeze_disk()

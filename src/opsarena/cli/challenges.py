@@ -16,7 +16,7 @@ from opsarena.challenges import (
 )
 from opsarena.challenges.catalog import placed_files
 from opsarena.challenges.setup import brief_for
-from opsarena.cli.output import console, err_console
+from opsarena.cli.output import console, err_console, printable
 from opsarena.errors import ChallengeError
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
@@ -76,11 +76,13 @@ def validate(
         challenge = load_challenge(file)
     except ChallengeError as exc:
         for problem in exc.problems or [str(exc)]:
-            err_console.print(f"opsarena: error: {problem}", markup=False, soft_wrap=True)
+            err_console.print(
+                f"opsarena: error: {printable(problem)}", markup=False, soft_wrap=True
+            )
         raise typer.Exit(2) from None
     problems = whole_problems(challenge)
     for problem in problems:
-        err_console.print(f"opsarena: error: {problem}", markup=False, soft_wrap=True)
+        err_console.print(f"opsarena: error: {printable(problem)}", markup=False, soft_wrap=True)
     if problems:
         raise typer.Exit(2)
     console.print(

@@ -28,10 +28,19 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
+def error_lines(message: str) -> list[str]:
+    """`message` as the lines `fail` prints: split at newlines only, each line passed
+    through `printable` (an error may quote a host: a D-Bus error body, a systemd state,
+    a failure detail, all of them competitor-controlled), then its spaces and tabs
+    folded. Pure."""
+    lines = [" ".join(printable(line).split()) for line in message.split("\n")]
+    return [line for line in lines if line]
+
+
 def fail(message: str, *, code: int = 2) -> NoReturn:
     """Print `message` on stderr and exit with `code`: one line per line of `message`
-    (a file with three problems gives three lines), whitespace inside a line folded."""
-    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
-    for line in lines or ["(no message)"]:
+    (a file with three problems gives three lines), whitespace inside a line folded,
+    control and format characters escaped (`error_lines`)."""
+    for line in error_lines(message) or ["(no message)"]:
         err_console.print(f"opsarena: error: {line}", markup=False, soft_wrap=True)
     sys.exit(code)

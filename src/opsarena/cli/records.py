@@ -152,6 +152,10 @@ def print_summary(record: MatchRecord) -> None:
             )
         )
     lines += [columns(("ledger", *LEDGER_COLUMNS, "judging stopped"), rows), ""]
+    for name, territory in record.territories.items():
+        if territory.disk_frozen_at_ms is not None:
+            why = territory.disk_frozen_detail or "over its disk quota"
+            lines += [f"{name}: disk frozen at {duration(territory.disk_frozen_at_ms)}: {why}", ""]
     rows = []
     for name, agent in record.agents.items():
         state = "running" if agent.running else (agent.terminal_state or "not started")

@@ -34,7 +34,7 @@ from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, load_record, open_db, print_summary
 from opsarena.errors import MatchError, UsageError
-from opsarena.match.controller import Controller, MatchPlan
+from opsarena.match.controller import DEFAULT_INODE_QUOTA, Controller, MatchPlan
 from opsarena.match.events import DoneRequested
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore
@@ -190,6 +190,15 @@ def run(
         int,
         typer.Option("--disk-quota", min=64, help="MiB a host may write before its disk freezes."),
     ] = 2048,
+    inode_quota: Annotated[
+        int,
+        typer.Option(
+            "--inode-quota",
+            min=1000,
+            help="Inodes (files, directories, links) a host may create on its disk before "
+            "its disk freezes.",
+        ),
+    ] = DEFAULT_INODE_QUOTA,
     driver: Annotated[
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
     ] = "podman",
@@ -222,6 +231,7 @@ def run(
         keep_hosts=keep_hosts,
         driver=driver,
         disk_quota_mb=disk_quota,
+        disk_inode_quota=inode_quota,
     )
     if seed_bytes is not None:
         plan.seed = seed_bytes

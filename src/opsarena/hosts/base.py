@@ -64,6 +64,18 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class DiskUse:
+    """What a host has written to its own disk (its writable layer): `bytes` of
+    allocated blocks and `inodes` (files, directories, links, whiteouts; a hard-linked
+    file once). `partial` when entries vanished while they were counted: the figures are
+    then a lower bound."""
+
+    bytes: int
+    inodes: int
+    partial: bool = False
+
+
+@dataclass(frozen=True)
 class ServiceRestart:
     """What one `Host.restart_service` did, as the kernel shows it from outside.
 
@@ -251,10 +263,18 @@ class Host(abc.ABC):
         `podman exec`). Raises `HostBootError` after `timeout` seconds."""
 
     @abc.abstractmethod
+    async def disk_use(self) -> DiskUse:
+        """Bytes and inodes the host has written to its own disk since it was created
+        (its files under /run and /tmp are not disk: they count against its memory).
+        Counted from outside the host, by the arena's own program, in at most a bounded
+        time. Raises `DiskMeasureError` when the count fails or runs past that time
+        (what the host wrote decides that), `HostUnavailableError` when the driver
+        cannot look now (the host is being power-cut, or podman cannot show its layer)."""
+
     async def disk_usage(self) -> int:
-        """Bytes the host has written to its own disk since it was created (its files
-        under /run and /tmp are not disk: they count against its memory). Raises
-        `HostUnavailableError` when the driver cannot tell."""
+        """Bytes the host has written to its own disk (`disk_use().bytes`). Raises as
+        `disk_use`."""
+        return (await self.disk_use()).bytes
 
     @abc.abstractmethod
     async def freeze_disk(self) -> None:

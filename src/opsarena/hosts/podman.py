@@ -43,6 +43,7 @@ import platformdirs
 
 from opsarena.errors import (
     BootFailedError,
+    DiskMeasureError,
     DriverMissingError,
     FaultUnsupportedError,
     HostBootError,
@@ -67,6 +68,7 @@ from opsarena.hosts.base import (
     FAULT_POWER_CUT,
     FAULT_SERVICE_CRASH,
     TIMEOUT_EXIT_CODE,
+    DiskUse,
     ExecResult,
     Host,
     HostDriver,
@@ -371,6 +373,9 @@ the unit's cgroup may be empty (`systemd_bus.report_empty_cgroup`)."""
 REMOVE_ATTEMPTS = 5
 """`remove` tries this many times while podman finds the host's shm mount busy."""
 
+DISK_COUNT_S = 30.0
+"""`disk_use` counts a host's writable layer (bytes, then inodes) within this long."""
+
 FREEZE_ROUNDS = 20
 """`freeze_disk` tries this many times to catch the host without a file open for writing."""
 
@@ -513,6 +518,7 @@ class PodmanHost(Host):
         """True from the arena's stop of the host (a reboot, a power cut) until it runs
         again: a host left stopped by a fault that failed midway is the arena's doing,
         never reported as a host that stopped by itself."""
+        self._upper: str | None = None
         self.last_crash_restart_ms: int | None = None
         """Milliseconds from the last `crash_service` kill to the new main process."""
         self.last_restart: ServiceRestart | None = None
@@ -812,20 +818,53 @@ class PodmanHost(Host):
             )
         raise HostBootError(f"{self.name} was not ready within {timeout:g}s (systemd: {last})")
 
-    async def disk_usage(self) -> int:
-        # The container's writable overlay layer holds everything it wrote to disk.
-        inspected = await self._inspect()
-        upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
-        if self.disk is not None:
-            upper = str(self.disk.upper)
-        if not upper:
-            raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
-        counted = await run_process(["du", "-sx", "-B1", upper], timeout=60.0, output_limit=4096)
-        if counted.returncode != 0 or not counted.stdout.split():
-            raise HostUnavailableError(
+    async def disk_use(self) -> DiskUse:
+        upper = await self._upper_dir()
+        # The upper directory is the arena's, outside the host's view: the host cannot
+        # remove it. It is missing only while a power-cut disk is unmounted.
+        cutting = self.disk is not None and self._rebooting
+        if cutting or not await asyncio.to_thread(os.path.isdir, upper):
+            raise HostUnavailableError(f"the disk of {self.name} is not mounted now")
+        deadline = time.monotonic() + DISK_COUNT_S
+        used, partial_bytes = await self._du(upper, "-B1", deadline)
+        inodes, partial_inodes = await self._du(upper, "--inodes", deadline)
+        return DiskUse(bytes=used, inodes=inodes, partial=partial_bytes or partial_inodes)
+
+    async def _upper_dir(self) -> str:
+        """The host's writable layer on this machine (it holds everything it wrote to
+        disk): asked of podman once, the same for the container's whole life."""
+        if self._upper is None:
+            if self.disk is not None:
+                self._upper = str(self.disk.upper)
+            else:
+                inspected = await self._inspect()
+                upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
+                if not upper:
+                    raise HostUnavailableError(
+                        f"{self.name} has no writable layer podman can show"
+                    )
+                self._upper = str(upper)
+        return self._upper
+
+    async def _du(self, upper: str, unit: str, deadline: float) -> tuple[int, bool]:
+        """The total `du -sx UNIT` counts under `upper` and whether it is partial (du
+        said something vanished meanwhile but still gave a total). Raises
+        `DiskMeasureError` past `deadline` or without a total."""
+        counted = await run_process(
+            ["du", "-sx", unit, "--", upper],
+            timeout=max(0.1, deadline - time.monotonic()),
+            output_limit=4096,
+        )
+        if counted.timed_out:
+            raise DiskMeasureError(
+                f"counting the disk of {self.name} ({unit}) took over {DISK_COUNT_S:g}s"
+            )
+        fields = counted.stdout.split()
+        if not fields or not fields[0].isdigit():
+            raise DiskMeasureError(
                 f"cannot measure the disk of {self.name}: {_last_line(counted.stderr)}"
             )
-        return int(counted.stdout.split()[0])
+        return int(fields[0]), counted.returncode != 0
 
     async def freeze_disk(self) -> None:
         pid = await self._init_pid()

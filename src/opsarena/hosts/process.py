@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 _CHUNK = 64 * 1024
+_FEED_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,11 @@ async def run_process(
         if proc.stdin is None:
             return
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            if input:
-                proc.stdin.write(input)
+            # In chunks, each drained before the next: the pipe's transport never
+            # copies more than one chunk of `input` (a 100 MiB file stays one copy).
+            view = memoryview(input or b"")
+            for start in range(0, len(view), _FEED_CHUNK):
+                proc.stdin.write(view[start : start + _FEED_CHUNK])
                 await proc.stdin.drain()
             proc.stdin.close()
             await proc.stdin.wait_closed()
@@ -80,7 +84,10 @@ async def run_process(
     try:
         async with asyncio.timeout(timeout):
             await feed()
-            (out, out_cut), (err, err_cut) = await readers
+            # Shielded: the timeout cancels this wait, not the readers, which still
+            # hold what was read so far (a cancelled gather would raise CancelledError
+            # out of the handler below instead of a timed-out result).
+            (out, out_cut), (err, err_cut) = await asyncio.shield(readers)
             returncode = await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):

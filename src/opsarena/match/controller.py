@@ -30,8 +30,22 @@ from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.catalog import challenge_source, place_challenge
 from opsarena.challenges.model import Challenge
 from opsarena.challenges.setup import agent_params, brief_for
-from opsarena.errors import HostError, LogTamperedError, MatchError, OpsArenaError
-from opsarena.hosts import FAULT_POWER_CUT, Host, HostDriver, HostInfo, HostSpec, get_driver
+from opsarena.errors import (
+    DiskMeasureError,
+    HostError,
+    LogTamperedError,
+    MatchError,
+    OpsArenaError,
+)
+from opsarena.hosts import (
+    FAULT_POWER_CUT,
+    DiskUse,
+    Host,
+    HostDriver,
+    HostInfo,
+    HostSpec,
+    get_driver,
+)
 from opsarena.hosts.image import build_image, image_for
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.events import (
@@ -73,9 +87,19 @@ MAX_OUTPUT_CHARS = 16 * 1024
 """Longest `agent_output` chunk kept as one event; longer text is cut and marked."""
 
 POLL_S = 0.1
+"""How often the controller looks at the standings while the match runs."""
 DISK_CHECK_S = 1.0
 """How often each host's disk use is measured against the quota."""
-"""How often the controller looks at the standings while the match runs."""
+DEFAULT_INODE_QUOTA = 100_000
+"""Inodes a host may create on its disk before it freezes (`MatchPlan.disk_inode_quota`):
+empty files cost the machine's inodes and almost no bytes. A fresh host has used a few
+hundred; the image it is built on holds about 25 000 (not counted)."""
+DISK_BLIND_S = 60.0
+"""A host the driver cannot measure (`HostUnavailableError`) for this long has its disk
+frozen: a quota the arena cannot check is not left unenforced."""
+DISK_PARTIAL_LIMIT = 5
+"""Consecutive partial measurements (entries vanishing while counted) after which a
+host's disk is frozen: a host that keeps its tree churning to hide from the count."""
 
 
 def new_match_id() -> str:
@@ -106,6 +130,8 @@ class MatchPlan:
     provision_timeout_s: float = 120.0
     disk_quota_mb: int = 2048
     """Past this much written to its disk, a host's disk becomes read-only."""
+    disk_inode_quota: int = DEFAULT_INODE_QUOTA
+    """Past this many inodes created on its disk, likewise."""
     done_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     """Derives each human territory's done token (`agents.human.done_token`); held only
     by this process, never logged."""
@@ -113,6 +139,58 @@ class MatchPlan:
     def done_token(self, territory: str) -> str:
         """The token `opsarena done` must prove for `territory` (printed for its person)."""
         return done_token(self.done_key, self.match_id, territory)
+
+
+@dataclass
+class _DiskWatch:
+    """What `Controller._watch_disks` knows of every host's disk: which are frozen, which
+    must be, and since when each could not be measured. Decides from measurements alone
+    (no I/O)."""
+
+    byte_quota: int
+    inode_quota: int
+    frozen: set[str] = field(default_factory=set)
+    pending: dict[str, DiskQuotaExceeded] = field(default_factory=dict)
+    """Hosts to freeze (the event to log once they are), freezing having failed so far."""
+    last: dict[str, DiskUse] = field(default_factory=dict)
+    blind_since: dict[str, float] = field(default_factory=dict)
+    partial_runs: dict[str, int] = field(default_factory=dict)
+
+    def _event(self, name: str, reason: str, detail: str) -> DiskQuotaExceeded:
+        last = self.last.get(name, DiskUse(0, 0))
+        return DiskQuotaExceeded(
+            territory=name, used_bytes=last.bytes, quota_bytes=self.byte_quota,
+            used_inodes=last.inodes, inode_quota=self.inode_quota,
+            reason=reason, detail=detail,
+        )  # fmt: skip
+
+    def measured(self, name: str, use: DiskUse) -> DiskQuotaExceeded | None:
+        self.last[name] = use
+        self.blind_since.pop(name, None)
+        runs = self.partial_runs[name] = self.partial_runs.get(name, 0) + 1 if use.partial else 0
+        if use.bytes > self.byte_quota:
+            detail = f"{use.bytes} bytes written, over the quota of {self.byte_quota}"
+            return self._event(name, "bytes", detail)
+        if use.inodes > self.inode_quota:
+            detail = f"{use.inodes} inodes used, over the quota of {self.inode_quota}"
+            return self._event(name, "inodes", detail)
+        if runs >= DISK_PARTIAL_LIMIT:
+            detail = (
+                f"{runs} counts in a row were partial (entries vanished while they were "
+                "counted): the disk cannot be measured"
+            )
+            return self._event(name, "unmeasured", detail)
+        return None
+
+    def unmeasured(self, name: str, why: str) -> DiskQuotaExceeded:
+        return self._event(name, "unmeasured", f"the disk cannot be measured: {why}")
+
+    def blind(self, name: str, why: str, now: float) -> DiskQuotaExceeded | None:
+        since = self.blind_since.setdefault(name, now)
+        if now - since < DISK_BLIND_S:
+            return None
+        detail = f"the disk could not be measured for {now - since:.0f}s: {why}"
+        return self._event(name, "unmeasured", detail)
 
 
 @dataclass
@@ -648,27 +726,50 @@ class Controller:
             territory.ctx.done.set()
 
     async def _watch_disks(self) -> None:
-        """Every `DISK_CHECK_S`, freeze the disk of any host over the quota: a
-        competitor filling its disk fails alone and never fills the machine."""
-        quota = self.plan.disk_quota_mb * 2**20
-        frozen: set[str] = set()
+        """Every `DISK_CHECK_S`, freeze the disk of any host over its byte or inode quota,
+        or that cannot be measured: a competitor filling its disk (or the machine's
+        inodes) fails alone and never fills the machine. Fails closed: a count that
+        fails or times out freezes at once (`DiskMeasureError`: the host's own tree
+        decides it); a host the driver cannot look at for `DISK_BLIND_S`, or whose
+        counts stay partial `DISK_PARTIAL_LIMIT` times in a row, is frozen too. A
+        freeze that fails (the host is rebooting) is tried again at the next check."""
+        watch = _DiskWatch(
+            byte_quota=self.plan.disk_quota_mb * 2**20, inode_quota=self.plan.disk_inode_quota
+        )
         while True:
-            for name, territory in self._territories.items():
-                if territory.host is None or name in frozen:
-                    continue
-                try:
-                    used = await territory.host.disk_usage()
-                    if used <= quota:
-                        continue
-                    await territory.host.freeze_disk()
-                except HostError as exc:  # rebooting, or gone: look again next time
-                    log.debug("disk check of %s: %s", name, exc)
-                    continue
-                frozen.add(name)
-                await self.emit(
-                    DiskQuotaExceeded(territory=name, used_bytes=used, quota_bytes=quota)
-                )
+            checks = [
+                self._check_disk(name, territory.host, watch)
+                for name, territory in self._territories.items()
+                if territory.host is not None and name not in watch.frozen
+            ]
+            for failed in await asyncio.gather(*checks, return_exceptions=True):
+                if isinstance(failed, Exception):  # an arena bug: the other hosts go on
+                    log.error("disk check failed: %r", failed)
             await asyncio.sleep(DISK_CHECK_S)
+
+    async def _check_disk(self, name: str, host: Host, watch: _DiskWatch) -> None:
+        verdict = watch.pending.get(name)
+        if verdict is None:
+            try:
+                use = await host.disk_use()
+            except DiskMeasureError as exc:
+                verdict = watch.unmeasured(name, str(exc))
+            except HostError as exc:  # the driver cannot look now (a power cut, podman)
+                log.debug("disk check of %s: %s", name, exc)
+                verdict = watch.blind(name, str(exc), time.monotonic())
+            else:
+                verdict = watch.measured(name, use)
+            if verdict is None:
+                return
+            watch.pending[name] = verdict
+        try:
+            await host.freeze_disk()
+        except HostError as exc:  # rebooting, or gone: freeze it at the next check
+            log.warning("freezing the disk of %s: %s (trying again)", name, exc)
+            return
+        watch.frozen.add(name)
+        del watch.pending[name]
+        await self.emit(verdict)
 
     async def _drain(self, reason: str) -> None:
         running = [

@@ -280,12 +280,19 @@ class LogTampered(EventData):
 
 
 class DiskQuotaExceeded(EventData):
-    """A host wrote more than its disk quota; its disk is read-only from now on."""
+    """A host's disk is read-only from now on: it wrote more bytes (`reason` "bytes") or
+    made more inodes ("inodes") than its quotas, or its disk could not be measured
+    ("unmeasured": the count failed or timed out, which the arena does not leave
+    unbounded). `used_*` are the last measured figures; `detail` says which and why."""
 
     event_type: ClassVar[str] = "disk_quota_exceeded"
     territory: str
     used_bytes: int = Field(ge=0)
     quota_bytes: int = Field(ge=0)
+    used_inodes: int | None = Field(default=None, ge=0)
+    inode_quota: int | None = Field(default=None, ge=0)
+    reason: Literal["bytes", "inodes", "unmeasured"] = "bytes"
+    detail: str = ""
 
 
 class MatchResumed(EventData):

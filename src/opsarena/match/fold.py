@@ -238,6 +238,9 @@ class RecordFolder:
                 territory = self._territory(name)
                 if territory.disk_frozen_at_ms is None:
                     territory.disk_frozen_at_ms = event.t_ms
+                    territory.disk_frozen_detail = data.detail or (
+                        f"{data.used_bytes} bytes written, over the quota of {data.quota_bytes}"
+                    )
             case MatchResumed():
                 # Attempts in flight when the controller died were abandoned with it.
                 self._evaluating.clear()

@@ -71,6 +71,8 @@ class TerritoryRecord(_Record):
     done_by: str | None = None
     disk_frozen_at_ms: int | None = None
     """When the host went over its disk quota and its disk became read-only."""
+    disk_frozen_detail: str | None = None
+    """Why: which quota, by how much, or why its disk could not be measured."""
     ledger: LedgerSummary = Field(default_factory=LedgerSummary)
     """The durability ledger's totals (see docs/REFEREE.md)."""
     judging_stopped_at_ms: int | None = None

@@ -454,6 +454,7 @@ def slot_match_plan(
         driver=driver,
         match_id=attempt.match_id,
         disk_quota_mb=limits.disk_quota_mb,
+        disk_inode_quota=limits.disk_inode_quota,
     )
 
 

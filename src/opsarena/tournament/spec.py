@@ -13,6 +13,7 @@
     drain_s = 2
     finish = "all"                    # or "first-durable"
     disk_quota_mb = 2048
+    disk_inode_quota = 100000
 
     [llm] / [prices."x"] / [territories.NAME]   # exactly as in a competitors file
 
@@ -38,6 +39,7 @@ from opsarena.agents.competitors import Competitor, check_competitors
 from opsarena.challenges.catalog import builtin_names, find_challenge
 from opsarena.challenges.model import Challenge
 from opsarena.errors import ChallengeError, CompetitorsFileError, TournamentError
+from opsarena.match.controller import DEFAULT_INODE_QUOTA
 
 SEED_RE = re.compile(r"^(?:[0-9a-fA-F]{2}){8,64}$")
 MAX_MATCHES = 10_000
@@ -54,6 +56,7 @@ class MatchLimits(BaseModel):
     drain_s: float = Field(default=2.0, ge=0, le=600)
     finish: Literal["all", "first-durable"] = "all"
     disk_quota_mb: int = Field(default=2048, ge=64)
+    disk_inode_quota: int = Field(default=DEFAULT_INODE_QUOTA, ge=1000)
 
 
 class TournamentFile(BaseModel):

@@ -25,9 +25,9 @@ referee decides what it really earned. Designed verdicts:
 `tls-gateway` and `hardened-service` are passed by `reference` too (it reads the
 challenge's name and brief variables from `params`); their flawed builders
 (tls-self-signed, tls-legacy, tls-no-redirect, tls-no-hsts; hardened-root,
-hardened-planted-left, hardened-stopped-only, hardened-writable) are `reference` with one
-`deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their matrices are in
-docs/CHALLENGES.md.
+hardened-planted-left, hardened-stopped-only, hardened-writable, hardened-saved-root) are
+`reference` with one `deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their
+matrices are in docs/CHALLENGES.md.
 `incident-repair`'s `reference` and its flawed builders (repair-wipe, repair-transient,
 repair-collateral) are in `scripted/incident.py`; its `reference` runs through
 `CHALLENGE_VARIANTS`.
@@ -52,6 +52,7 @@ from typing import ClassVar
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
 from opsarena.agents.scripted.deploy import (
     SANDBOX_LINES,
+    SAVED_ROOT_LAUNCHER,
     ServiceTarget,
     Storage,
     activation_script,
@@ -161,6 +162,7 @@ class RecordsServiceBuilder(ScriptedBuilder):
                 return issued
             extra = tls_server_args(target, self.tls_flaw)
         lines, user = "", None
+        launcher: tuple[str, ...] = ()
         if target.challenge == "hardened-service":
             removed = await host.exec(
                 hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw),
@@ -168,8 +170,12 @@ class RecordsServiceBuilder(ScriptedBuilder):
             )
             if not removed.ok:
                 return removed
-            lines = "" if self.hardened_flaw == "writable" else SANDBOX_LINES
-            user = "root" if self.hardened_flaw == "root" else None
+            lines = SANDBOX_LINES  # also for `writable`: its flaw is /var/tmp alone
+            user = "root" if self.hardened_flaw in ("root", "saved-root") else None
+            if self.hardened_flaw == "saved-root":
+                launch = f"{target.program_dir}/launch.py"
+                await host.write_file(launch, SAVED_ROOT_LAUNCHER)
+                launcher = ("/usr/bin/python3", launch, target.stem, target.state_dir)
         unit = records_unit(
             target,
             script_path,
@@ -183,6 +189,7 @@ class RecordsServiceBuilder(ScriptedBuilder):
             user=user,
             durability=self.durability,
             restart=self.restart,
+            launcher=launcher,
         )
         await host.write_file(target.unit_path, unit.encode())
         return await host.exec(
@@ -433,3 +440,13 @@ class HardenedWritableBuilder(ReferenceBuilder):
     name = "hardened-writable"
     model = "scripted/hardened-writable"
     hardened_flaw = "writable"
+
+
+class HardenedSavedRootBuilder(ReferenceBuilder):
+    """`hardened-service`: starts the server as root and drops to its user keeping root as
+    the saved uid and gid (and the permitted capabilities): its effective uid is the
+    user's, but it can become root again (fails `service-user`)."""
+
+    name = "hardened-saved-root"
+    model = "scripted/hardened-saved-root"
+    hardened_flaw = "saved-root"

@@ -111,10 +111,12 @@ def records_server_command(
     start_delay_s: int = 0,
     extra_args: tuple[str, ...] = (),
     durability: str = "full",
+    launcher: tuple[str, ...] = (),
 ) -> str:
     """The `ExecStart=` line running the shared records server with these choices (a
     deliberate `flaw`; a shell sleeping `start_delay_s` before it starts the server;
-    `extra_args` such as the TLS options)."""
+    `extra_args` such as the TLS options; a `launcher` command the server's command line
+    is given to, after `--`)."""
     argv = ["/usr/bin/python3", script_path, "--port", str(target.port)]
     if storage == "memory":
         argv.append("--in-memory")
@@ -127,6 +129,8 @@ def records_server_command(
     if flaw is not None:
         argv += ["--flaw", flaw]
     argv += extra_args
+    if launcher:
+        argv = [*launcher, "--", *argv]
     if start_delay_s:
         argv = ["/bin/sh", "-c", f"sleep {start_delay_s} && exec {shlex.join(argv)}"]
     # systemd splits ExecStart= much like a POSIX shell does for quoted words.
@@ -147,6 +151,7 @@ def records_unit(
     user: str | None = None,
     durability: str = "full",
     restart: bool = True,
+    launcher: tuple[str, ...] = (),
 ) -> str:
     """The unit file of a Python records service (`Restart=always` unless `restart` is
     false, installable into multi-user.target; whether it is enabled is the builder's
@@ -170,6 +175,7 @@ def records_unit(
         start_delay_s=start_delay_s,
         extra_args=extra_args,
         durability=durability,
+        launcher=launcher,
     )
     bind = "AmbientCapabilities=CAP_NET_BIND_SERVICE\n" if extra_args else ""
     restart_lines = "Restart=always\nRestartSec=200ms\n" if restart else "Restart=no\n"
@@ -197,15 +203,39 @@ CA_DIR = "/etc/opsarena/ca"
 """Where `tls-gateway` places the arena's CA key and certificate on the host."""
 
 
-HARDENED_FLAWS = ("root", "planted-left", "stopped-only", "writable")
+HARDENED_FLAWS = ("root", "planted-left", "stopped-only", "writable", "saved-root")
 """Deliberate `hardened-service` flaws: the service runs as root; the planted listener
-left running; stopped but still enabled (back after a reboot); no write sandbox."""
+left running; stopped but still enabled (back after a reboot); no write sandbox; started
+as root and dropped to its user with root kept as the saved uid and gid (its effective
+ids are the user's, and it can become root again: `SAVED_ROOT_LAUNCHER`)."""
+
+SAVED_ROOT_LAUNCHER = b"""\
+# opsarena scripted builder hardened-saved-root: a flawed privilege drop, on purpose.
+# Run as root: USER DATA_DIR -- /usr/bin/python3 SERVER ARGS...
+import os, pwd, runpy, sys
+
+user, data = sys.argv[1], sys.argv[2]
+command = sys.argv[sys.argv.index("--") + 1 :]
+pw = pwd.getpwnam(user)
+for directory, _dirs, files in os.walk(data):  # StateDirectory= made it root's
+    for path in [directory, *(os.path.join(directory, f) for f in files)]:
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+os.setgroups([pw.pw_gid])
+os.setresgid(pw.pw_gid, pw.pw_gid, 0)  # the saved gid stays root's
+os.setresuid(pw.pw_uid, pw.pw_uid, 0)  # the saved uid too: setresuid(0, 0, 0) works later
+sys.argv = command[1:]
+runpy.run_path(command[1], run_name="__main__")
+"""
+"""What `hardened-saved-root` runs as root in front of the records server: the server
+then runs with effective ids of the service's user, saved ids root's and the permitted
+capabilities kept (the kernel clears only the effective set)."""
 
 PLANTED_UNIT = "legacy-admin.service"
 """The listener `hardened-service` plants before the agents start."""
 
 SANDBOX_LINES = "NoNewPrivileges=yes\n"
-"""No capabilities ever gained (mount-namespace sandboxing cannot work on these hosts)."""
+"""No privileges ever gained: no set-user-ID or file-capability program can make the
+service root again (mount-namespace sandboxing cannot work on these hosts)."""
 
 
 def hardened_script(flaw: str | None) -> str:

@@ -107,6 +107,10 @@ function card(name, territory, record) {
     rows.push(["judging stopped", `${duration(territory.judging_stopped_at_ms)}: ` +
       (territory.judging_stopped_detail || territory.judging_stopped_reason)]);
   }
+  if (territory.disk_frozen_at_ms !== null && territory.disk_frozen_at_ms !== undefined) {
+    rows.push(["disk frozen", `${duration(territory.disk_frozen_at_ms)}: ` +
+      (territory.disk_frozen_detail || "over its disk quota")]);
+  }
   if (territory.elimination_detail) {
     rows.push(["eliminated", `${territory.elimination_source}: ${territory.elimination_detail}`]);
   }

@@ -6,9 +6,13 @@ a small program listening on a port derived from the seed. The checks read kerne
 of the host from outside it, never a program's output: the host's TCP socket table
 (`/proc/<init>/net/tcp{,6}` of the host's init, i.e. its network namespace), which of
 the host's processes hold each listening socket (their fds), their credentials
-(`/proc/<pid>/status`, translated through the host's uid map), and which files of the
-host's disk their user could write (an lstat-only walk of `/proc/<init>/root`, memory
-filesystems skipped, capabilities that pass permissions counted as writing anything).
+(`/proc/<pid>/status`: real, effective, saved and filesystem uids and gids, translated
+through the host's id maps, the permitted and ambient capabilities, no_new_privs), and
+which files of the host's disk their ids could write (a walk of `/proc/<init>/root` by
+directory file descriptors, each opened `O_NOFOLLOW|O_DIRECTORY` below its parent and
+checked to be what was listed: nothing followed, no file opened or read, memory
+filesystems skipped by mount id, capabilities that pass permissions counted as writing
+anything).
 systemd's ProtectSystem= cannot work on these hosts (no mount namespaces to give),
 so the sandbox is judged by permissions, as the kernel would enforce them. The host's
 init pid comes from the host-trust interface (`Host.init_process`, refreshed by
@@ -22,6 +26,7 @@ import hashlib
 import hmac
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
@@ -85,16 +90,6 @@ async def place(host: Host, seed: bytes) -> None:
 register_setup("hardened-service", Setup(variables=variables, place=place))
 
 
-@dataclass(frozen=True)
-class Listener:
-    """One listening TCP socket of the host and the host's processes holding it."""
-
-    port: int
-    inode: int
-    owners: tuple[tuple[int, str, int], ...]
-    """(pid on this machine, comm, uid as the host sees it) per holding process."""
-
-
 def parse_tcp_table(text: str) -> list[tuple[int, int]]:
     """(port, inode) of every LISTEN row of a /proc/net/tcp{,6} table. Pure."""
     found = []
@@ -117,19 +112,55 @@ def host_uid(uid: int, uid_map: str) -> int:
     return -1
 
 
-WRITE_CAPABILITIES = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 3: "CAP_FOWNER", 21: "CAP_SYS_ADMIN"}
-"""Capabilities that let a process write past file permissions."""
+CAPABILITY_NAMES = (
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
+    "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW",
+    "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE",
+    "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ",
+    "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
+)  # fmt: skip
+"""Capability names by bit (linux/capability.h)."""
+
+WRITE_CAPABILITIES = {
+    0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 3: "CAP_FOWNER", 6: "CAP_SETGID", 7: "CAP_SETUID",
+    21: "CAP_SYS_ADMIN",
+}  # fmt: skip
+"""Capabilities that let a process write past file permissions (SETUID and SETGID: by
+becoming root, or any group, first)."""
+
+ROOT_FIRST = (
+    "CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_CHOWN"
+)  # fmt: skip
+"""The capabilities a failure detail names first."""
+
+HARMLESS_CAPABILITIES = frozenset({10})
+"""CAP_NET_BIND_SERVICE: the one capability a dedicated service may keep (a port below
+1024); any other in its permitted or ambient set lets it act as root in some way."""
 
 
 def memory_mounts(mountinfo: str) -> list[str]:
     """Mount points of memory or kernel-API filesystems (not the disk). Pure."""
-    points = []
+    return [point for _id, point in _memory_mount_rows(mountinfo)]
+
+
+def memory_mount_ids(mountinfo: str) -> frozenset[int]:
+    """Mount ids (mountinfo's first field, the same in every namespace's view) of memory
+    or kernel-API filesystems. Pure."""
+    return frozenset(mount_id for mount_id, _point in _memory_mount_rows(mountinfo))
+
+
+def _memory_mount_rows(mountinfo: str) -> list[tuple[int, str]]:
+    rows = []
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if len(fields) >= 5 and tail and tail[0] in API_FILESYSTEMS:
-            points.append(fields[4].replace("\\040", " "))
-    return points
+            rows.append((int(fields[0]), fields[4].replace("\\040", " ")))
+    return rows
 
 
 def permitted(
@@ -150,42 +181,304 @@ def writable_by(mode: int, owner: int, group: int, uid: int, gids: frozenset[int
     return permitted(mode, owner, group, uid, gids, 0o2)
 
 
-def write_capabilities(cap_eff_hex: str) -> list[str]:
-    """The capabilities of `WRITE_CAPABILITIES` set in a CapEff mask. Pure."""
-    mask = int(cap_eff_hex, 16)
+def write_capabilities(cap_hex: str) -> list[str]:
+    """The capabilities of `WRITE_CAPABILITIES` set in a capability mask (hex, as
+    /proc/PID/status shows CapPrm). Pure."""
+    mask = int(cap_hex, 16)
     return [name for bit, name in WRITE_CAPABILITIES.items() if mask >> bit & 1]
 
 
-def _walk_writable(root: str, skip: list[str], data_dir: str, uid: int, gids: frozenset[int],
-                   limit: int = 20) -> list[str]:
-    """Blocking: paths under `root` (a /proc/<pid>/root) on disk, outside `data_dir`,
-    that `uid` may reach (search permission on every directory above) and write. Only
-    lstat: nothing is followed, opened or read."""
+def capability_names(mask: int) -> list[str]:
+    """The names of the capabilities set in `mask`. Pure."""
+    return [
+        CAPABILITY_NAMES[bit] if bit < len(CAPABILITY_NAMES) else f"capability {bit}"
+        for bit in range(mask.bit_length())
+        if mask >> bit & 1
+    ]
+
+
+def writable_by_any(
+    mode: int, owner: int, group: int, uids: frozenset[int], gids: frozenset[int]
+) -> bool:
+    """Whether a process that may act as any of `uids` (its real, effective, saved and
+    filesystem uids: setresuid(2) moves between them) with groups `gids` may write a file
+    of these permissions. Pure."""
+    return any(writable_by(mode, owner, group, uid, gids) for uid in uids)
+
+
+def searchable_by_any(
+    mode: int, owner: int, group: int, uids: frozenset[int], gids: frozenset[int]
+) -> bool:
+    """As `writable_by_any`, for search permission on a directory. Pure."""
+    return any(permitted(mode, owner, group, uid, gids, 0o1) for uid in uids)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A process's credentials as the kernel keeps them (/proc/PID/status), ids as the
+    host sees them (through its uid and gid maps; -1 for an id it does not map)."""
+
+    uids: tuple[int, int, int, int]
+    """Real, effective, saved set-user-ID, filesystem."""
+    gids: tuple[int, int, int, int]
+    groups: tuple[int, ...]
+    """Supplementary groups."""
+    cap_prm: int
+    cap_eff: int
+    cap_amb: int
+    cap_bnd: int
+    no_new_privs: bool
+
+    @property
+    def uid(self) -> int:
+        """The effective uid."""
+        return self.uids[1]
+
+    @property
+    def all_gids(self) -> frozenset[int]:
+        return frozenset((*self.gids, *self.groups))
+
+    def describe(self) -> str:
+        return (
+            f"uids {'/'.join(map(str, self.uids))} gids {'/'.join(map(str, self.gids))}"
+        )
+
+
+ID_KINDS = ("real", "effective", "saved", "filesystem")
+
+
+def parse_credentials(status: str, uid_map: str, gid_map: str) -> Credentials:
+    """The credentials in a /proc/PID/status text, ids translated into the host's view
+    through its `uid_map` and `gid_map`. Raises `ValueError` for a status without them.
+    Pure."""
+    field = {
+        key: value.split()
+        for key, _, value in (line.partition(":") for line in status.splitlines())
+    }
+
+    def ids(name: str, id_map: str) -> tuple[int, int, int, int]:
+        values = [host_uid(int(v), id_map) for v in field[name]]
+        if len(values) != 4:
+            raise ValueError(f"{name}: {field[name]!r} is not four ids")
+        return values[0], values[1], values[2], values[3]
+
+    def mask(name: str) -> int:
+        return int(field.get(name, ["0"])[0], 16)
+
+    try:
+        return Credentials(
+            uids=ids("Uid", uid_map),
+            gids=ids("Gid", gid_map),
+            groups=tuple(host_uid(int(g), gid_map) for g in field.get("Groups", [])),
+            cap_prm=mask("CapPrm"),
+            cap_eff=mask("CapEff"),
+            cap_amb=mask("CapAmb"),
+            cap_bnd=mask("CapBnd"),
+            no_new_privs=field.get("NoNewPrivs", ["0"])[0] == "1",
+        )
+    except KeyError as exc:
+        raise ValueError(f"no {exc} line in the process's status") from None
+
+
+def root_ways(creds: Credentials) -> list[str]:
+    """How a process with `creds` is root, or can make itself root again; empty when it
+    cannot. Pure.
+
+    Any of its real, effective, saved or filesystem uids or gids 0 (setresuid(2) and
+    setresgid(2) move back to any of them; the filesystem ids are what file access
+    checks); a capability other than CAP_NET_BIND_SERVICE in its permitted or ambient
+    set (the effective set is raised from the permitted one at will; CAP_SETUID alone is
+    root); no_new_privs off (a set-user-ID-root or file-capability program then makes
+    it root again, whatever the bounding set says: the bounding set limits the
+    capabilities such a program gives, not the uid 0 it gives)."""
+    ways = [
+        f"{kind} {what} 0"
+        for what, values in (("uid", creds.uids), ("gid", creds.gids))
+        for kind, value in zip(ID_KINDS, values, strict=True)
+        if value == 0
+    ]
+    held = (creds.cap_prm | creds.cap_eff | creds.cap_amb) & ~sum(
+        1 << bit for bit in HARMLESS_CAPABILITIES
+    )
+    if held:
+        names = capability_names(held)
+        names.sort(key=lambda n: ROOT_FIRST.index(n) if n in ROOT_FIRST else len(ROOT_FIRST))
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        ways.append(f"holds {', '.join(names[:6])}{more}")
+    if not creds.no_new_privs:
+        ways.append(
+            "no_new_privs off (a set-user-ID-root program makes it root again: "
+            "NoNewPrivileges=yes)"
+        )
+    return ways
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process of the host holding a listening socket."""
+
+    pid: int
+    """As this machine numbers it."""
+    comm: str
+    creds: Credentials
+
+    @property
+    def uid(self) -> int:
+        return self.creds.uid
+
+    def describe(self) -> str:
+        return f"pid {self.pid} {self.comm} uid {self.uid}"
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listening TCP socket of the host and the host's processes holding it."""
+
+    port: int
+    inode: int
+    owners: tuple[Holder, ...]
+
+
+MAX_DEPTH = 200
+"""Directories deeper than this are not examined; each is reported instead (an honest
+host has none, and the walk holds one descriptor per level)."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""How the walk opens a directory below its parent's descriptor: a symlink (ELOOP) or
+anything but a directory (ENOTDIR, before any open of a device or FIFO) is refused."""
+
+
+@dataclass
+class _Dir:
+    fd: int
+    path: str
+    dev: int
+    names: list[str]
+
+
+def _on_mount(parent: int, name: str, listed: os.stat_result, mounts: frozenset[int]) -> bool:
+    """Whether `name` below `parent`, still the object `listed`, lies on one of `mounts`
+    (opened `O_PATH|O_NOFOLLOW`: nothing is opened for reading, nothing followed)."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return False
+    try:
+        return os.path.samestat(os.fstat(fd), listed) and _mount_id(fd) in mounts
+    finally:
+        os.close(fd)
+
+
+def _mount_id(fd: int) -> int | None:
+    """The id of the mount `fd` (a descriptor of this process) lies on."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _walk_writable(
+    root: str,
+    skip: frozenset[int],
+    skip_paths: frozenset[str],
+    data_dir: str,
+    uids: frozenset[int],
+    gids: frozenset[int],
+    to_host: Callable[[int, int], tuple[int, int]] = lambda uid, gid: (uid, gid),
+    limit: int = 20,
+) -> list[str]:
+    """Blocking: paths of the host's tree under `root` (its init's /proc/PID/root) on
+    disk, outside `data_dir`, that a process acting as any of `uids` with groups `gids`
+    may reach (search permission on every directory above) and write. `to_host` turns a
+    file's owner and group (as this machine sees them) into the ids `uids` and `gids`
+    are in. Mounts whose id is in `skip` (memory filesystems) are neither reported nor
+    entered: checked by mount id where the device changes or the path is one of
+    `skip_paths` (their mount points as the host's mountinfo names them, for files bound
+    from a memory filesystem), never skipped on the path alone.
+
+    The walk never resolves a path: each directory is opened below its parent's
+    descriptor with `O_NOFOLLOW|O_DIRECTORY` and must be the very directory that was
+    listed (same device and inode), so a host that swaps a directory for a symlink
+    (renameat2 RENAME_EXCHANGE) never leads it out of the host's tree; such a swap is
+    reported ("changed while the referee read it"), as is a directory too deep to walk.
+    Entries are only lstat'ed, relative to their directory: no file is opened or read."""
     found: list[str] = []
     data = data_dir.rstrip("/")
-    stack = ["/"]
-    while stack and len(found) < limit:
-        directory = stack.pop()
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's root
+    stack: list[_Dir] = []
+    try:
+        stack.append(_Dir(top, "", os.fstat(top).st_dev, []))
         try:
-            names = os.listdir(root + directory)
+            stack[0].names = os.listdir(top)
         except OSError:
-            continue
-        for name in names:
-            path = (directory.rstrip("/") + "/" + name)
-            if path == data or path.startswith(data + "/") or path in skip:
+            return found
+        while stack and len(found) < limit:
+            here = stack[-1]
+            if not here.names:
+                os.close(stack.pop().fd)
+                continue
+            name = here.names.pop()
+            path = f"{here.path}/{name}"
+            if path == data or path.startswith(data + "/"):
                 continue
             try:
-                st = os.lstat(root + path)
+                st = os.stat(name, dir_fd=here.fd, follow_symlinks=False)
             except OSError:
-                continue
+                continue  # gone meanwhile
             kind = stat.S_IFMT(st.st_mode)
             if kind == stat.S_IFLNK:
                 continue
-            if writable_by(st.st_mode, st.st_uid, st.st_gid, uid, gids):
-                found.append(f"{path} ({stat.filemode(st.st_mode)} {st.st_uid}:{st.st_gid})")
-            if kind == stat.S_IFDIR and permitted(st.st_mode, st.st_uid, st.st_gid, uid, gids, 1):
-                stack.append(path)
+            crossing = kind == stat.S_IFDIR and st.st_dev != here.dev
+            if (crossing or path in skip_paths) and _on_mount(here.fd, name, st, skip):
+                continue  # a memory filesystem (or a file bound from one): not the disk
+            owner, group = to_host(st.st_uid, st.st_gid)
+            if writable_by_any(st.st_mode, owner, group, uids, gids):
+                found.append(f"{path} ({stat.filemode(st.st_mode)} {owner}:{group})")
+            if kind != stat.S_IFDIR or not searchable_by_any(st.st_mode, owner, group, uids, gids):
+                continue
+            if len(stack) > MAX_DEPTH:
+                found.append(f"{path} (deeper than {MAX_DEPTH} directories: not examined)")
+                continue
+            child = _open_listed(here.fd, name, st)
+            if child == _GONE:
+                continue
+            if child == _SWAPPED:
+                found.append(f"{path} (changed while the referee read it)")
+                continue
+            try:
+                names = os.listdir(child)
+            except OSError:
+                os.close(child)
+                continue
+            stack.append(_Dir(child, path, st.st_dev, names))
+    finally:
+        for frame in stack:
+            os.close(frame.fd)
     return found
+
+
+_GONE = -1
+_SWAPPED = -2
+
+
+def _open_listed(parent: int, name: str, listed: os.stat_result) -> int:
+    """A descriptor of directory `name` below `parent`, when it is still the directory
+    `listed` (lstat'ed a moment ago); `_GONE` when nothing has that name any more,
+    `_SWAPPED` when something else has it now (a symlink, another directory, a file)."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        return _GONE
+    except OSError:
+        return _SWAPPED  # ELOOP: a symlink now; ENOTDIR: no directory now
+    if os.path.samestat(os.fstat(fd), listed):
+        return fd
+    os.close(fd)
+    return _SWAPPED
 
 
 def _read(path: str) -> str:
@@ -202,7 +495,8 @@ def _listeners_of(init_pid: int) -> list[Listener]:
             sockets[inode] = port
     netns = os.readlink(f"/proc/{init_pid}/ns/net")
     uid_map = _read(f"/proc/{init_pid}/uid_map")
-    holders: dict[int, list[tuple[int, str, int]]] = {inode: [] for inode in sockets}
+    gid_map = _read(f"/proc/{init_pid}/gid_map")
+    holders: dict[int, list[Holder]] = {inode: [] for inode in sockets}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -214,13 +508,14 @@ def _listeners_of(init_pid: int) -> list[Listener]:
             status = _read(f"/proc/{pid}/status")
         except OSError:
             continue  # gone meanwhile
-        uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "Uid: -1")
-        uid = host_uid(int(uid_line.split()[2]), uid_map)  # the effective uid
+        held = [inode for inode in sockets if f"socket:[{inode}]" in links]
+        if not held:
+            continue
         names = [ln.split(None, 1)[1] for ln in status.splitlines() if ln.startswith("Name:")]
-        comm = names[0] if names else "?"
-        for inode in sockets:
-            if f"socket:[{inode}]" in links:
-                holders[inode].append((pid, comm, uid))
+        creds = parse_credentials(status, uid_map, gid_map)
+        holder = Holder(pid, names[0] if names else "?", creds)
+        for inode in held:
+            holders[inode].append(holder)
     ordered = sorted(sockets, key=lambda i: sockets[i])
     return [Listener(sockets[i], i, tuple(holders[i])) for i in ordered]
 
@@ -246,16 +541,19 @@ def _fail(reason: str, step: str, detail: str, reproduce: str) -> Verdict:
     )
 
 
-def judge_user(owners: tuple[tuple[int, str, int], ...], port: int) -> tuple[str, str] | None:
-    """None when every process holding `port` runs as one dedicated non-root user; else
-    (reason, why). Pure."""
+def judge_user(owners: tuple[Holder, ...], port: int) -> tuple[str, str] | None:
+    """None when every process holding `port` runs as one dedicated non-root user and
+    none can make itself root again (`root_ways`); else (reason, why). Pure."""
     if not owners:
         return "service_not_running", f"no process of the host holds the socket on {port}"
-    uids = {uid for _pid, _comm, uid in owners}
-    described = ", ".join(f"pid {pid} {comm} uid {uid}" for pid, comm, uid in owners)
-    if 0 in uids:
-        return "service_runs_as_root", f"the listener on {port} runs as root: {described}"
+    rooted = [(o, ways) for o in owners if (ways := root_ways(o.creds))]
+    if rooted:
+        return "service_runs_as_root", f"the listener on {port} is or can become root: " + (
+            "; ".join(f"{o.describe()} ({o.creds.describe()}): {', '.join(w)}" for o, w in rooted)
+        )
+    uids = {uid for o in owners for uid in o.creds.uids}
     if NOBODY in uids or -1 in uids or len(uids) != 1:
+        described = ", ".join(f"{o.describe()} ({o.creds.describe()})" for o in owners)
         return "service_user_not_dedicated", f"not one dedicated user: {described}"
     return None
 
@@ -267,7 +565,7 @@ def judge_others(found: list[Listener], allowed: set[int]) -> str | None:
         return None
     return "; ".join(
         f"port {x.port} held by "
-        + (", ".join(f"pid {p} {c} uid {u}" for p, c, u in x.owners) or "no process")
+        + (", ".join(o.describe() for o in x.owners) or "no process")
         for x in others
     )
 
@@ -288,8 +586,9 @@ async def user_verdict(host: Host, ctx: CheckContext) -> Verdict:
     problem = judge_user(owners, port)
     if problem:
         return _fail(problem[0], f"owner of the socket listening on {port}", problem[1],
-                     f"ss -ltnp 'sport = :{port}'; ps -o user,pid,comm -p $(pidof python3)")
-    return Verdict.passed({"uid": owners[0][2], "pids": [o[0] for o in owners]})
+                     f"ss -ltnp 'sport = :{port}'; grep -E "
+                     "'^(Uid|Gid|CapPrm|CapAmb|NoNewPrivs):' /proc/PID/status")
+    return Verdict.passed({"uid": owners[0].uid, "pids": [o.pid for o in owners]})
 
 
 async def others_verdict(host: Host, ctx: CheckContext) -> Verdict:
@@ -302,19 +601,27 @@ async def others_verdict(host: Host, ctx: CheckContext) -> Verdict:
     return Verdict.passed({"listening": sorted({x.port for x in found})})
 
 
-def _sandbox_facts(init_pid: int, pid: int) -> list[str]:
-    """Blocking: what `pid` (a process of the host) may write on disk outside the data
-    directory, from its credentials and the host's files' permissions."""
-    status = _read(f"/proc/{pid}/status").splitlines()
-    field = {ln.split(":", 1)[0]: ln.split(":", 1)[1].split() for ln in status if ":" in ln}
-    capabilities = write_capabilities(field.get("CapEff", ["0"])[0])
-    if capabilities:
-        return [f"it holds {', '.join(capabilities)}: it may write anything"]
-    uid = int(field["Uid"][1])
-    gids = frozenset(int(g) for g in [field["Gid"][1], *field.get("Groups", [])])
-    skip = memory_mounts(_read(f"/proc/{init_pid}/mountinfo"))
-    # Ids compared as this machine sees them, on both sides (status and lstat).
-    return _walk_writable(f"/proc/{init_pid}/root", skip, DATA_DIR, uid, gids)
+def id_mapper(uid_map: str, gid_map: str) -> Callable[[int, int], tuple[int, int]]:
+    """(uid, gid) as this machine sees them -> as the host sees them. Pure."""
+    return lambda uid, gid: (host_uid(uid, uid_map), host_uid(gid, gid_map))
+
+
+def _sandbox_facts(init_pid: int, creds: Credentials) -> list[str]:
+    """Blocking: what a process of the host with `creds` may write on disk outside the
+    data directory, from its credentials and the host's files' permissions."""
+    held = write_capabilities(f"{creds.cap_prm | creds.cap_eff | creds.cap_amb:x}")
+    if held:
+        return [f"it holds {', '.join(held)}: it may write anything"]
+    if 0 in creds.uids:
+        return [f"it can act as root ({creds.describe()}): it may write anything"]
+    mountinfo = _read(f"/proc/{init_pid}/mountinfo")
+    skip, skip_paths = memory_mount_ids(mountinfo), frozenset(memory_mounts(mountinfo))
+    to_host = id_mapper(_read(f"/proc/{init_pid}/uid_map"), _read(f"/proc/{init_pid}/gid_map"))
+    # Ids compared as the host sees them, on both sides (its credentials and its files).
+    return _walk_writable(
+        f"/proc/{init_pid}/root", skip, skip_paths, DATA_DIR, frozenset(creds.uids),
+        creds.all_gids, to_host,
+    )  # fmt: skip
 
 
 async def sandbox_verdict(host: Host, ctx: CheckContext) -> Verdict:
@@ -325,12 +632,17 @@ async def sandbox_verdict(host: Host, ctx: CheckContext) -> Verdict:
     if not owners:
         return _fail("service_not_running", "what the service may write",
                      f"no process holds port {ctx.challenge.port}", "ss -ltnp")
+    # Every holder counts; holders with the same credentials are walked for once.
+    alike: dict[Credentials, list[Holder]] = {}
+    for owner in owners:
+        alike.setdefault(owner.creds, []).append(owner)
     problems: list[str] = []
     try:
         init_pid = await host_init_pid(host, ctx.challenge.port)
-        for pid, comm, _uid in owners[:1]:
-            problems += [f"pid {pid} {comm}: {m}"
-                         for m in await asyncio.to_thread(_sandbox_facts, init_pid, pid)]
+        for creds, holders in alike.items():
+            who = ", ".join(f"pid {o.pid} {o.comm}" for o in holders)
+            problems += [f"{who}: {m}"
+                         for m in await asyncio.to_thread(_sandbox_facts, init_pid, creds)]
     except (OSError, HostError, KeyError, ValueError) as exc:
         return Verdict.referee_error("host_unavailable", f"what the service may write: {exc}")
     if problems:
