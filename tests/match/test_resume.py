@@ -155,6 +155,11 @@ def test_resume_after_a_kill_during_a_host_reboot(tmp_path: Path) -> None:
         after = events_of(db, match_id)
         assert after[-1][1] == "match_closed"
         assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
+        # The reboot the kill cut off (the host may have been left stopped between its
+        # kill and its start) is brought back: the match goes on, it is not lost.
+        record = record_of(db, match_id)
+        assert record.finish_reason != "aborted", record.finish_reason
+        assert record.territories["ref"].state != "lost"
         assert podman_names(match_id) == []
     finally:
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)

@@ -256,6 +256,13 @@ class Host(abc.ABC):
         seconds, `HostUnavailableError` if the driver could not reboot it.
         """
 
+    async def boot_again(self, timeout: float) -> str:
+        """Bring back a host that the arena itself left stopped (a reboot, power cut or
+        disk loss whose controller was killed midway), then `wait_ready`; a host already
+        running is only waited for. Only for a host the arena's log says it was
+        rebooting: a host that stopped by itself stays stopped. Raises `HostBootError`."""
+        return await self.wait_ready(timeout)
+
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> str:
         """Wait until systemd in the host reports `running` or `degraded` and return

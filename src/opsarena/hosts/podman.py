@@ -1074,6 +1074,17 @@ class PodmanHost(Host):
         except Exception as exc:  # logged; the original failure is the one raised
             log.warning("could not start %s again after a failed fault: %s", self.name, exc)
 
+    async def boot_again(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        if not (await self._inspect())["State"].get("Running"):
+            if self.disk is not None:
+                async with powerdisk.locked(self.disk):
+                    await self._restore_power(self.disk)
+            else:
+                await self.podman.check("start", self.name, timeout=timeout)
+            self._pid = 0
+        return await self.wait_ready(max(1.0, deadline - time.monotonic()))
+
     async def _restore_power(self, disk: powerdisk.PowerDisk) -> None:
         """Best effort after a power cut that failed midway: power on, mount, start the
         host (bounded); whatever fails is logged and the host stays `_stopped_by_arena`."""

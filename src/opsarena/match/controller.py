@@ -909,7 +909,13 @@ class Controller:
                 continue
             territory.host = await self.driver.get(info.name)
         ready = await asyncio.gather(
-            *(self._ready_again(n, t.host) for n, t in self._territories.items() if t.host),
+            *(
+                self._ready_again(
+                    n, t.host, rebooting=record.territories[n].state == "rebooting"
+                )
+                for n, t in self._territories.items()
+                if t.host
+            ),
         )
         lost += [name for name in ready if name]
         for name, territory in self._territories.items():
@@ -986,11 +992,16 @@ class Controller:
         # A container the log had already let go of (lost, say) is removed too.
         await self.driver.cleanup(match_id=self.match_id)
 
-    async def _ready_again(self, name: str, host: Host | None) -> str | None:
-        """None when `host` is ready within 60 s; else `name` (it is lost)."""
+    async def _ready_again(self, name: str, host: Host | None, *, rebooting: bool) -> str | None:
+        """None when `host` is ready within 60 s; else `name` (it is lost). A host the log
+        says the referee was rebooting (a fault the killed controller cut off midway may
+        have left it stopped) is brought back first."""
         assert host is not None
         try:
-            await host.wait_ready(60.0)
+            if rebooting:
+                await host.boot_again(60.0)
+            else:
+                await host.wait_ready(60.0)
         except OpsArenaError:
             return name
         return None
