@@ -77,10 +77,13 @@ def _started_match(db: Path, run: subprocess.Popen[str]) -> str:
     while time.monotonic() < deadline:
         assert run.poll() is None, "the match ended before it could be forged"
         if db.exists():
-            with sqlite3.connect(db) as conn:
-                row = conn.execute(
-                    "SELECT match_id FROM events WHERE type = 'match_started' LIMIT 1"
-                ).fetchone()
+            try:
+                with sqlite3.connect(db) as conn:
+                    row = conn.execute(
+                        "SELECT match_id FROM events WHERE type = 'match_started' LIMIT 1"
+                    ).fetchone()
+            except sqlite3.OperationalError:  # the run is still creating the schema
+                row = None
             if row is not None:
                 return str(row[0])
         time.sleep(0.2)
