@@ -36,8 +36,9 @@ from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.challenges.catalog import place_challenge
 from opsarena.challenges.setup import agent_params, brief_for
-from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
+from opsarena.hosts import DEFAULT_IMAGE, FAULT_POWER_CUT, Host, HostSpec, get_driver
 from opsarena.referee import Referee
+from opsarena.referee.nemesis import faults_needed
 
 WRITE_READ_REQUESTS = 18 + 15 + 1
 """One write-read attempt: 18 PUTs, 15 GETs of written ids, 1 GET of an unwritten one."""
@@ -66,7 +67,11 @@ async def first_listen(host: Host, port: int) -> float:
 async def one_durable_run(challenge: Challenge) -> dict[str, float]:
     driver = get_driver("podman")
     match_id = f"bench{secrets.token_hex(4)}"
-    host = await driver.create(HostSpec(match_id=match_id, territory="ref", image=DEFAULT_IMAGE))
+    # As the controller does: only a challenge that cuts the power gets a disk that can.
+    power_cut = FAULT_POWER_CUT in faults_needed(challenge)
+    host = await driver.create(
+        HostSpec(match_id=match_id, territory="ref", image=DEFAULT_IMAGE, power_cut=power_cut)
+    )
     try:
         seed = secrets.token_bytes(16)
         await place_challenge(challenge, host, seed)
