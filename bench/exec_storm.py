@@ -3,12 +3,14 @@ next door, in the same run.
 
 Usage: python bench/exec_storm.py [--runs N] [--storm-width W]
 
-Each run has three conditions, interleaved so the machine's load reaches all alike:
+Each run has four conditions, interleaved so the machine's load reaches all alike:
 - quiet: the neighbour alone (the storm's host is up and idle);
-- storm, capped: next door, a command agent (confined, through its gate, as in a match)
-  runs W parallel `$OPSARENA_EXEC true` loops; its host handle has the default
-  per-competitor cap (`agents.throttle.DEFAULT_CONCURRENCY`);
-- storm, uncapped: the same storm with the cap raised to W (what the arena did before).
+- storm, defaults: next door, a command agent (confined, through its gate, as in a
+  match) runs W parallel `$OPSARENA_EXEC true` loops; its host handle has the default
+  per-competitor cap and rate (`agents.throttle.DEFAULT_CONCURRENCY`,
+  `DEFAULT_RATE_PER_S`, `DEFAULT_BURST`);
+- storm, cap only: the default concurrency cap, no rate limit (the arena before the rate);
+- storm, neither: the cap raised to W and no rate limit (the arena before issue 12).
 The neighbour is the `reference` builder on a fresh host, judged by the referee from its
 start, through its own capped handle. Reported: its start -> durable verdict, its two
 fault times, and how many execs the storm got done per second.
@@ -33,7 +35,7 @@ from typing import Any
 from opsarena.agents.base import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.scripted import get_scripted
-from opsarena.agents.throttle import DEFAULT_CONCURRENCY, ThrottledHost
+from opsarena.agents.throttle import DEFAULT_CONCURRENCY, DEFAULT_RATE_PER_S, ThrottledHost
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
 from opsarena.referee import Referee
@@ -86,7 +88,13 @@ async def neighbour_to_durable(challenge: Challenge, match_id: str, run: int) ->
 
 
 async def with_storm(
-    challenge: Challenge, match_id: str, run: int, storm_host: Host, program: Path, cap: int
+    challenge: Challenge,
+    match_id: str,
+    run: int,
+    storm_host: Host,
+    program: Path,
+    cap: int,
+    rate: float,
 ) -> dict[str, float]:
     execs = 0
 
@@ -95,7 +103,8 @@ async def with_storm(
         execs += kind == "transcript"
 
     ctx = AgentContext(
-        match_id=match_id, territory="storm", brief="storm", host=ThrottledHost(storm_host, cap),
+        match_id=match_id, territory="storm", brief="storm",
+        host=ThrottledHost(storm_host, cap, rate=rate),
         deadline=time.monotonic() + 600, report=count,
     )  # fmt: skip
     storm = asyncio.create_task(CommandAgent([str(program)], grace_s=1.0).run(ctx))
@@ -122,10 +131,15 @@ async def main() -> None:
     program = workdir / "storm.sh"
     program.write_text(STORM.format(width=args.storm_width))
     program.chmod(0o755)
-    conditions = {
+    unlimited = 1e6
+    conditions: dict[str, tuple[int, float] | None] = {
         "quiet": None,
-        f"storm, cap {DEFAULT_CONCURRENCY}": DEFAULT_CONCURRENCY,
-        f"storm, cap {args.storm_width} (uncapped)": args.storm_width,
+        f"storm, defaults (cap {DEFAULT_CONCURRENCY}, {DEFAULT_RATE_PER_S:g}/s)": (
+            DEFAULT_CONCURRENCY,
+            DEFAULT_RATE_PER_S,
+        ),
+        f"storm, cap {DEFAULT_CONCURRENCY} only": (DEFAULT_CONCURRENCY, unlimited),
+        f"storm, neither (cap {args.storm_width})": (args.storm_width, unlimited),
     }
     results: dict[str, list[dict[str, float]]] = {name: [] for name in conditions}
     load_before = os.getloadavg()
@@ -134,11 +148,14 @@ async def main() -> None:
             HostSpec(match_id=match_id, territory="storm", image=DEFAULT_IMAGE)
         )
         for run in range(args.runs):
-            for name, cap in conditions.items():
-                if cap is None:
+            for name, limits in conditions.items():
+                if limits is None:
                     result = await neighbour_to_durable(challenge, match_id, run)
                 else:
-                    result = await with_storm(challenge, match_id, run, storm_host, program, cap)
+                    cap, rate = limits
+                    result = await with_storm(
+                        challenge, match_id, run, storm_host, program, cap, rate
+                    )
                 results[name].append(result)
                 extra = (
                     f", storm {result['storm_execs_per_s']:.1f} execs/s"

@@ -27,7 +27,7 @@ from opsarena.agents.cage import (
     sandbox_argv,
     seccomp_program,
 )
-from opsarena.agents.throttle import ThrottledHost
+from opsarena.agents.throttle import ThrottledHost, TokenBucket
 from opsarena.hosts import Host
 
 __all__ = ["agents_host"]  # fixture
@@ -127,6 +127,27 @@ async def test_a_competitor_over_its_cap_waits_its_turn(agents_host: Host) -> No
     assert await host.read_file("/tmp/capped") == b"x"
     with pytest.raises(ValueError):
         ThrottledHost(agents_host, limit=0)
+
+
+@pytest.mark.hosts
+async def test_a_competitor_past_its_burst_waits_for_its_rate(agents_host: Host) -> None:
+    host = ThrottledHost(agents_host, limit=8, rate=10.0, burst=3)
+    results = await asyncio.gather(*(host.exec(f"echo {i}", timeout=60) for i in range(6)))
+    # All ran; the three past the burst were held back for their tokens.
+    assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(6)]
+    assert host.waited_s > 0
+
+
+def test_the_token_bucket_refills_at_its_rate_up_to_its_burst() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
+    assert [bucket.delay(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.delay(0.0) == pytest.approx(0.5)  # the fourth: one token, 0.5 s away
+    assert bucket.delay(0.0) == pytest.approx(1.0)  # queued behind it
+    assert bucket.delay(10.0) == 0.0  # a quiet spell refills it, never above the burst
+    assert [bucket.delay(10.0) for _ in range(2)] == [0.0, 0.0]
+    assert bucket.delay(10.0) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0.0, burst=1, now=0.0)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making cgroups needs root")

@@ -5,8 +5,12 @@ handle the controller gives it in `AgentContext.host`; the controller wraps the 
 host in a `ThrottledHost`. At most `limit` (default `DEFAULT_CONCURRENCY`) of the
 competitor's execs, file transfers, restarts and reboots run at once; the next one
 waits for a slot, inside this competitor's own queue, so a competitor that fires 16
-execs at once only queues behind itself. The referee never uses this handle: its
-probes and faults are not counted against (nor slowed by) the competitor's cap.
+execs at once only queues behind itself. Each also takes a token from the competitor's
+bucket (`DEFAULT_RATE_PER_S` a second, bursts of `DEFAULT_BURST`): the concurrency cap
+alone still let a storm of short execs run two podman processes without pause, about
+one core of a two-core machine, and double a neighbour's time to durable. The referee
+never uses this handle: its probes and faults are not counted against (nor slowed by)
+the competitor's cap.
 
 While the referee runs a fault milestone on the territory it holds the handle
 (`held()`): new operations wait until the attempt ends, so a competitor cannot restart
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from opsarena.hosts import (
@@ -32,15 +37,49 @@ from opsarena.hosts import (
 
 DEFAULT_CONCURRENCY = 2
 """Host operations one competitor may have in flight at once (see docs/AGENTS.md)."""
+DEFAULT_RATE_PER_S = 2.0
+"""Host operations one competitor may start per second, sustained (a token bucket)."""
+DEFAULT_BURST = 20
+"""Host operations one competitor may start at once after a quiet spell (the bucket's
+size): a deployment's few dozen commands run at full speed."""
+
+
+class TokenBucket:
+    """`rate` tokens a second up to `burst`; `delay()` takes one and says how long to wait
+    for it (0 when one was there). Pure: the clock is given."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"a rate limit needs rate > 0 and burst >= 1, not {rate}/{burst}")
+        self.rate, self.burst = rate, float(burst)
+        self.tokens, self.at = float(burst), now
+
+    def delay(self, now: float) -> float:
+        """Take a token at `now` (possibly one still to come); seconds until it is there."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= 1.0
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
 
 
 class ThrottledHost(Host):
-    """`host`, with at most `limit` of its podman-bound operations in flight at once.
-    `in_flight` and `peak` say how many run now and at most so far (for tests and bench)."""
+    """`host`, with at most `limit` of its podman-bound operations in flight at once and
+    at most `rate` started a second (bursts of `burst`). `in_flight` and `peak` say how
+    many run now and at most so far, `waited_s` how long the rate limit held operations
+    back (for tests and bench)."""
 
-    def __init__(self, host: Host, limit: int = DEFAULT_CONCURRENCY) -> None:
+    def __init__(
+        self,
+        host: Host,
+        limit: int = DEFAULT_CONCURRENCY,
+        *,
+        rate: float = DEFAULT_RATE_PER_S,
+        burst: int = DEFAULT_BURST,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"a concurrency cap must be at least 1, not {limit}")
+        self._bucket = TokenBucket(rate, burst, time.monotonic())
+        self.waited_s = 0.0
         self.inner = host
         self.name = host.name
         self.territory = host.territory
@@ -72,6 +111,12 @@ class ThrottledHost(Host):
     async def _enter(self) -> None:
         while not self._open.is_set():
             await self._open.wait()
+        # Each operation costs the machine a podman process (about 0.1-0.2 s of CPU):
+        # however many a competitor fires, it gets `rate` a second, in its own queue.
+        wait = self._bucket.delay(time.monotonic())
+        if wait > 0:
+            self.waited_s += wait
+            await asyncio.sleep(wait)
         await self._slots.acquire()
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
