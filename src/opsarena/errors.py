@@ -41,6 +41,12 @@ class BootFailedError(HostBootError):
     arena's."""
 
 
+class HostFactsTooLargeError(HostError):
+    """What the arena would read about a host from outside (its socket table, its open
+    files) is beyond the bound it reads: the competitor's doing (a service needs a few
+    sockets and files, not tens of thousands)."""
+
+
 class PathMissingError(HostError):
     """A directory a fault needs (a disk loss's data directory) is not a plain directory
     in the host: missing, a symlink on the way, or holding a mount point. The

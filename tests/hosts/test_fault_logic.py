@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from opsarena.errors import UnitMissingError
+from opsarena.errors import HostFactsTooLargeError, UnitMissingError
+from opsarena.hosts import kernel
 from opsarena.hosts.crash import gone, unit_name
 from opsarena.hosts.diskserver import BLOCK, WriteCache
 from opsarena.hosts.kernel import Proc
+from opsarena.referee import classify_error
 
 
 @pytest.mark.parametrize(
@@ -86,3 +88,22 @@ def test_writes_past_the_end_of_the_disk_are_cut_off(cache: WriteCache) -> None:
     cache.flush(1)
     assert os.path.getsize(Path(f"/proc/self/fd/{cache.fd}")) == size
     assert cache.read(100, size - 10) == b"x" * 10
+
+
+def test_the_arena_reads_a_bounded_number_of_open_files_to_find_a_ports_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host can hold millions of open files (1024 processes of 8192 each); finding who
+    holds its port reads them all, so past `SCAN_LIMIT` the facts are refused, the
+    competitor's failure, instead of spending the arena's CPU on its behalf."""
+    me = Proc(os.getpid(), kernel.start_time(os.getpid()) or 0)
+    opened = [os.open("/dev/null", os.O_RDONLY) for _ in range(64)]
+    try:
+        assert kernel.socket_owners([me], {1}) == []  # within the default bound: read
+        monkeypatch.setattr(kernel, "SCAN_LIMIT", 32)
+        with pytest.raises(HostFactsTooLargeError, match="more than 32 open files"):
+            kernel.socket_owners([me], {1})
+    finally:
+        for fd in opened:
+            os.close(fd)
+    assert classify_error(HostFactsTooLargeError("x")).reason == "port_not_owned_by_unit"

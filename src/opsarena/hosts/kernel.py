@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from stat import S_ISDIR as stat_is_dir
 
+from opsarena.errors import HostFactsTooLargeError
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 TCP_LISTEN = "0A"
 """The `st` column of /proc/net/tcp for a socket in LISTEN state."""
@@ -154,14 +156,29 @@ def cgroup_members(relative: str, namespace_of: int) -> list[Proc]:
     return sorted(members)
 
 
+SCAN_LIMIT = 65536
+"""Most socket-table rows, and most open files, the arena reads to find who holds a port.
+A host can hold millions (1024 processes of 8192 files each): reading them all at every
+check would spend the arena's CPU on one competitor's behalf. Past the limit the facts
+are refused (`HostFactsTooLargeError`), the competitor's doing; a service needs a few."""
+
+
 def listening_inodes(init_pid: int, port: int) -> set[int]:
     """Inodes of the TCP sockets listening on `port` (any address, IPv4 or IPv6) in the
-    network namespace of `init_pid`."""
+    network namespace of `init_pid`. Raises `HostFactsTooLargeError` past `SCAN_LIMIT`
+    rows."""
     inodes: set[int] = set()
+    rows = 0
     for table in ("tcp", "tcp6"):
         with contextlib.suppress(FileNotFoundError), open(f"/proc/{init_pid}/net/{table}") as f:
             next(f, None)
             for line in f:
+                rows += 1
+                if rows > SCAN_LIMIT:
+                    raise HostFactsTooLargeError(
+                        f"the host has more than {SCAN_LIMIT} TCP sockets: the referee "
+                        "does not read a socket table that large"
+                    )
                 fields = line.split()
                 if len(fields) < 10 or fields[3] != TCP_LISTEN:
                     continue
@@ -171,12 +188,20 @@ def listening_inodes(init_pid: int, port: int) -> set[int]:
 
 
 def socket_owners(processes: list[Proc], inodes: set[int]) -> list[Proc]:
-    """The processes among `processes` holding an fd on one of the socket `inodes`."""
+    """The processes among `processes` holding an fd on one of the socket `inodes`.
+    Raises `HostFactsTooLargeError` past `SCAN_LIMIT` open files in all."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
     owners = []
+    seen = 0
     for proc in processes:
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+                seen += 1
+                if seen > SCAN_LIMIT:
+                    raise HostFactsTooLargeError(
+                        f"the host's processes hold more than {SCAN_LIMIT} open files: the "
+                        "referee does not read that many to find who holds the port"
+                    )
                 with contextlib.suppress(OSError):
                     if os.readlink(f"/proc/{proc.pid}/fd/{fd}") in wanted:
                         owners.append(proc)

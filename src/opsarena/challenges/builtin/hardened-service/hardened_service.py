@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
 from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
 from opsarena.challenges.setup import Setup, register_setup
-from opsarena.errors import HostError
+from opsarena.errors import HostError, HostFactsTooLargeError
 from opsarena.hosts import Host
+from opsarena.hosts.kernel import SCAN_LIMIT
 from opsarena.referee.failures import Observation
 
 PLANTED_UNIT = "legacy-admin.service"
@@ -491,12 +492,20 @@ def _listeners_of(init_pid: int) -> list[Listener]:
     /proc (kernel facts; nothing of the host's runs)."""
     sockets: dict[int, int] = {}
     for table in ("tcp", "tcp6"):
-        for port, inode in parse_tcp_table(_read(f"/proc/{init_pid}/net/{table}")):
+        text = _read(f"/proc/{init_pid}/net/{table}")
+        if text.count("\n") > SCAN_LIMIT:
+            raise HostFactsTooLargeError(
+                f"the host has more than {SCAN_LIMIT} TCP sockets: the referee does not "
+                "read a socket table that large"
+            )
+        for port, inode in parse_tcp_table(text):
             sockets[inode] = port
     netns = os.readlink(f"/proc/{init_pid}/ns/net")
     uid_map = _read(f"/proc/{init_pid}/uid_map")
     gid_map = _read(f"/proc/{init_pid}/gid_map")
     holders: dict[int, list[Holder]] = {inode: [] for inode in sockets}
+    wanted = {f"socket:[{inode}]": inode for inode in sockets}
+    seen = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -504,11 +513,18 @@ def _listeners_of(init_pid: int) -> list[Listener]:
         try:
             if os.readlink(f"/proc/{pid}/ns/net") != netns:
                 continue
-            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            fds = os.listdir(f"/proc/{pid}/fd")
+            seen += len(fds)
+            if seen > SCAN_LIMIT:
+                raise HostFactsTooLargeError(
+                    f"the host's processes hold more than {SCAN_LIMIT} open files: the "
+                    "referee does not read that many"
+                )
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
             status = _read(f"/proc/{pid}/status")
         except OSError:
             continue  # gone meanwhile
-        held = [inode for inode in sockets if f"socket:[{inode}]" in links]
+        held = [wanted[link] for link in links if link in wanted]
         if not held:
             continue
         names = [ln.split(None, 1)[1] for ln in status.splitlines() if ln.startswith("Name:")]
@@ -573,6 +589,8 @@ def judge_others(found: list[Listener], allowed: set[int]) -> str | None:
 async def _facts(host: Host, ctx: CheckContext) -> tuple[list[Listener], Verdict | None]:
     try:
         return await listeners(host, ctx.challenge.port), None
+    except HostFactsTooLargeError as exc:  # the host made its own facts unreadable
+        return [], Verdict.failed("port_not_owned_by_unit", f"kernel facts refused: {exc}")
     except (OSError, HostError, AttributeError) as exc:
         return [], Verdict.referee_error("host_unavailable", f"kernel facts unreadable: {exc}")
 
