@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any
 
 _CHUNK = 64 * 1024
 _FEED_CHUNK = 1024 * 1024
@@ -38,6 +39,13 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes,
         if len(chunk) > room:
             truncated = True  # keep draining so the program never blocks on a full pipe
     return bytes(kept), truncated
+
+
+def _abandon(readers: asyncio.Future[Any]) -> None:
+    """Cancel the readers nobody will await any more, and consume their outcome when it
+    comes (else asyncio prints "exception was never retrieved" for the cancellation)."""
+    readers.cancel()
+    readers.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 async def run_process(
@@ -96,7 +104,7 @@ async def run_process(
             async with asyncio.timeout(kill_grace):
                 (out, out_cut), (err, err_cut) = await readers
         except TimeoutError:
-            readers.cancel()
+            _abandon(readers)
             out, out_cut, err, err_cut = b"", True, b"", True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(kill_grace):
@@ -105,7 +113,7 @@ async def run_process(
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        readers.cancel()
+        _abandon(readers)
         raise
     return ProcessResult(
         returncode=returncode,

@@ -608,10 +608,17 @@ class Controller:
         name = territory.competitor.territory
         assert territory.ctx is not None
         assert territory.agent is not None
-        await self.emit(AgentStarted(agent=territory.competitor.name, territory=name))
+        # A stop that lands while agent_started is being logged must still end with
+        # agent_ended after it (the log never closes on an agent left running): the
+        # append runs to its end whatever happens to this task.
+        started = asyncio.ensure_future(
+            self.emit(AgentStarted(agent=territory.competitor.name, territory=name))
+        )
         try:
+            await asyncio.shield(started)
             outcome = await territory.agent.run(territory.ctx)
         except asyncio.CancelledError:
+            await started
             outcome = territory.stop_outcome or AgentOutcome(
                 "terminated", None, "stopped by the controller", "controller"
             )
