@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import sys
-import time
 from types import ModuleType
 
 import pytest
 
-from opsarena.agents.base import AgentContext
-from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import builtin_challenge
 from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import agent_params, brief_for
+from opsarena.challenges.setup import brief_for
 from opsarena.referee.failures import table_for
 from opsarena.referee.nemesis import missing_faults
+from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory
-from tests.referee.conftest import EventLog, make_referee
 
-PASS = "passed"
 SEED = b"backup-calibration-seed"
 FAST_RPO_S = 5.0
 """The calibration runs with a shorter recovery point (and write window) than the brief's
@@ -101,31 +97,10 @@ async def test_backup_restore_calibration(
     builder: str, host_factory: HostFactory, match_id: str
 ) -> None:
     challenge = fast(builtin_challenge("backup-restore"))
-    host = await host_factory("builder")
-    log = EventLog()
-    referee = make_referee(challenge, log, seed=SEED)
-    referee.add_territory("builder", host)
-    preflight = await referee.preflight("builder")
-    assert preflight.ok, preflight.detail
-
-    context = AgentContext(
-        match_id=match_id, territory="builder", brief=brief_for(challenge, SEED), host=host,
-        deadline=time.monotonic() + 120, params=agent_params(challenge, SEED),
-    )  # fmt: skip
-    outcome = await get_scripted(builder).run(context)
-    assert outcome.successful, outcome.terminal_detail
-
-    outcomes: list[str] = []
-    while (verdict := await referee.evaluate_next("builder")) is not None:
-        assert verdict.outcome != "referee_error", verdict
-        if verdict.outcome == "failed":
-            assert verdict.failure_detail
-            outcomes.append(verdict.failure_reason or "")
-            break
-        outcomes.append(PASS)
-    details = [d.get("failure_detail") for d in log.of("attempt_result")]
+    run = await calibrate(challenge, await host_factory("builder"), builder, SEED, match_id)
+    outcomes, details, log, referee = run.outcomes, run.details(10**6), run.log, run.referee
     assert outcomes == MATRIX[builder], details
-    assert referee.infrastructure_failures == 0
+    assert run.points_match(challenge)
     if outcomes[-1] == "record_missing":
         assert "measured RPO" in (details[-1] or "")
     if builder == "reference":

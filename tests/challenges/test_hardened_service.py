@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from opsarena.agents.base import AgentContext
-from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.catalog import place_challenge
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.referee.failures import table_for
+from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory
-from tests.referee.conftest import EventLog, make_referee
 
-PASS = "passed"
 SEED = b"hardened-calibration-seed"
 
 MATRIX: dict[str, list[str]] = {
@@ -215,32 +209,7 @@ async def test_hardened_service_calibration(
     builder: str, host_factory: HostFactory, match_id: str
 ) -> None:
     challenge = builtin_challenge("hardened-service")
-    host = await host_factory("builder")
-    await place_challenge(challenge, host, SEED)
-    log = EventLog()
-    referee = make_referee(challenge, log, seed=SEED)
-    referee.add_territory("builder", host)
-    preflight = await referee.preflight("builder")
-    assert preflight.ok, preflight.detail
-
-    context = AgentContext(
-        match_id=match_id, territory="builder", brief=brief_for(challenge, SEED), host=host,
-        deadline=time.monotonic() + 120, params=agent_params(challenge, SEED),
-    )  # fmt: skip
-    outcome = await get_scripted(builder).run(context)
-    assert outcome.successful, outcome.terminal_detail
-
-    outcomes: list[str] = []
-    while (verdict := await referee.evaluate_next("builder")) is not None:
-        assert verdict.outcome != "referee_error", verdict
-        if verdict.outcome == "failed":
-            assert verdict.failure_detail
-            outcomes.append(verdict.failure_reason or "")
-            break
-        outcomes.append(PASS)
-    assert outcomes == MATRIX[builder], [
-        (d["failure_detail"] or "")[-600:] for d in log.of("attempt_result")
-    ]
-    reached = zip(challenge.milestones, outcomes, strict=False)
-    assert referee.points("builder") == sum(m.points for m, o in reached if o == PASS)
-    assert referee.infrastructure_failures == 0
+    run = await calibrate(challenge, await host_factory("builder"), builder, SEED, match_id)
+    outcomes = run.outcomes
+    assert outcomes == MATRIX[builder], run.details()
+    assert run.points_match(challenge)

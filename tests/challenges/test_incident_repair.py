@@ -7,21 +7,16 @@ flawed builder fails at the milestone and with the reason its module's table say
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from opsarena.agents.base import AgentContext
-from opsarena.agents.scripted import get_scripted
 from opsarena.agents.scripted.incident import repair_script
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.catalog import import_checks_file, place_challenge
+from opsarena.challenges.catalog import import_checks_file
 from opsarena.challenges.setup import brief_for
 from opsarena.referee.failures import table_for
+from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory
-from tests.referee.conftest import EventLog, make_referee
-
-PASS = "passed"
+from tests.referee.conftest import EventLog
 
 MATRIX: dict[str, list[str]] = {
     "reference": [PASS] * 5,
@@ -105,31 +100,11 @@ PREFLIGHT = {
 async def judge(
     challenge: Challenge, builder: str, seed: bytes, host_factory: HostFactory, match_id: str
 ) -> tuple[str, list[str], EventLog]:
+    """The preflight's failure reason, each milestone's outcome, and the events."""
     host = await host_factory("builder")
-    await place_challenge(challenge, host, seed)
-    log = EventLog()
-    referee = make_referee(challenge, log, seed=seed)
-    referee.add_territory("builder", host)
-    preflight = await referee.preflight("builder")
-    assert preflight.ok, preflight.detail
-    context = AgentContext(
-        match_id=match_id, territory="builder", brief=brief_for(challenge, seed), host=host,
-        deadline=time.monotonic() + 120,
-        params={"port": challenge.port, "unit": challenge.unit, "challenge": challenge.name},
-    )  # fmt: skip
-    await get_scripted(builder).run(context)
-    outcomes: list[str] = []
-    while (verdict := await referee.evaluate_next("builder")) is not None:
-        assert verdict.outcome != "referee_error", verdict
-        if verdict.outcome == "failed":
-            assert verdict.failure_detail
-            outcomes.append(verdict.failure_reason or "")
-            break
-        outcomes.append(PASS)
-    reached = zip(challenge.milestones, outcomes, strict=False)
-    assert referee.points("builder") == sum(m.points for m, o in reached if o == PASS)
-    assert referee.infrastructure_failures == 0
-    return preflight.verdict.failure_reason or "", outcomes, log
+    run = await calibrate(challenge, host, builder, seed, match_id)
+    assert run.points_match(challenge)
+    return run.preflight_reason or "", run.outcomes, run.log
 
 
 @pytest.mark.hosts

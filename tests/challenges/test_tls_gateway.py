@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from cryptography import x509
 
-from opsarena.agents.base import AgentContext
-from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.catalog import place_challenge
 from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.referee.failures import table_for
 from opsarena.referee.probe import HttpResponse
+from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory
-from tests.referee.conftest import EventLog, make_referee
 
-PASS = "passed"
 SEED = b"tls-calibration-seed"
 
 MATRIX: dict[str, list[str]] = {
@@ -92,34 +86,11 @@ async def test_tls_gateway_calibration(
     builder: str, host_factory: HostFactory, match_id: str
 ) -> None:
     challenge = builtin_challenge("tls-gateway")
-    host = await host_factory("builder")
-    await place_challenge(challenge, host, SEED)
-    log = EventLog()
-    referee = make_referee(challenge, log, seed=SEED)
-    referee.add_territory("builder", host)
-    preflight = await referee.preflight("builder")
-    assert preflight.ok, preflight.detail
-    assert preflight.verdict.failure_reason == "connection_refused"
-
-    context = AgentContext(
-        match_id=match_id, territory="builder", brief=brief_for(challenge, SEED), host=host,
-        deadline=time.monotonic() + 120, params=agent_params(challenge, SEED),
-    )  # fmt: skip
-    outcome = await get_scripted(builder).run(context)
-    assert outcome.successful, outcome.terminal_detail
-
-    outcomes: list[str] = []
-    while (verdict := await referee.evaluate_next("builder")) is not None:
-        assert verdict.outcome != "referee_error", verdict
-        if verdict.outcome == "failed":
-            assert verdict.failure_detail
-            outcomes.append(verdict.failure_reason or "")
-            break
-        outcomes.append(PASS)
-    assert outcomes == MATRIX[builder], [d["failure_detail"] for d in log.of("attempt_result")]
-    reached = zip(challenge.milestones, outcomes, strict=False)
-    assert referee.points("builder") == sum(m.points for m, o in reached if o == PASS)
-    assert referee.infrastructure_failures == 0
+    run = await calibrate(challenge, await host_factory("builder"), builder, SEED, match_id)
+    outcomes, referee = run.outcomes, run.referee
+    assert run.preflight_reason == "connection_refused"
+    assert outcomes == MATRIX[builder], run.details()
+    assert run.points_match(challenge)
     if builder == "reference":
         summary = referee.ledger_summary("builder")
         assert summary.acknowledged > 0 and summary.verified >= summary.acknowledged
