@@ -167,12 +167,15 @@ def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(tmp_path: Path) -> Non
     try:
         match_id = wait_for_event(db, "match_started")
         time.sleep(1.0)
+        process.send_signal(signal.SIGUSR1)  # what it waits on, printed; the match goes on
+        time.sleep(1.0)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
+    assert b"unfinished tasks" in err and b"--- task referee" in err, err
     record = json.loads(record_path.read_text())
     assert record["finish_reason"] == "aborted" and record["match_state"] == "finished"
     assert {t["state"] for t in record["territories"].values()} == {"removed"}

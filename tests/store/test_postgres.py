@@ -236,6 +236,28 @@ async def test_a_waiter_for_some_matches_wakes_at_their_appends_only(
             await asyncio.wait_for(waiting, LIVE_S)
 
 
+
+async def test_a_waiter_cancelled_as_its_notification_lands_is_cancelled(
+    url: str, notified_only: None
+) -> None:
+    """A cancellation that lands in the same turn of the loop as a notification ends the
+    waiter. Python 3.11's `asyncio.wait_for` returned the notification instead and
+    dropped the cancellation: a match's `opsarena done` watcher, cancelled at the end of
+    the match while its own last events were being notified, followed forever and the
+    match never closed (two Ray tournaments lost in CI)."""
+    with open_store(url) as store:
+        for _ in range(3):
+            async with store.changes() as wake:
+                waiting = asyncio.create_task(wake("m", 60.0))
+                await asyncio.sleep(0.01)  # it waits for a notification now
+                assert not waiting.done()
+                # What the LISTEN thread hands over, then the cancel, before it resumes.
+                wake.__self__._deliver("m")  # type: ignore[attr-defined]
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+
+
 def test_a_match_stream_over_postgres_delivers_each_new_event_live(
     url: str, notified_only: None
 ) -> None:

@@ -33,7 +33,8 @@ async def _podman(*args: str) -> tuple[int, str]:
     except OSError:
         return 127, ""
     try:
-        out, _ = await asyncio.wait_for(process.communicate(), PODMAN_TIMEOUT_S)
+        async with asyncio.timeout(PODMAN_TIMEOUT_S):
+            out, _ = await process.communicate()
     except TimeoutError:
         process.kill()
         await process.wait()

@@ -48,6 +48,7 @@ from opsarena.hosts import (
 )
 from opsarena.hosts.image import build_image, image_for
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
+from opsarena.match.diagnose import dump_tasks
 from opsarena.match.events import (
     AgentEnded,
     AgentOutput,
@@ -368,6 +369,9 @@ class Controller:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signum, self.request_abort, signum.name)
                 handled.append(signum)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # what it waits on
+            handled.append(signal.SIGUSR1)
         try:
             await work
         except BaseException as exc:

@@ -583,7 +583,8 @@ class _Listener:
             if left <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), left)
+                async with asyncio.timeout(left):  # never wait_for: see pyproject's ruff
+                    await self._arrived.wait()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -240,7 +240,8 @@ class Load:
             delay = next_at - time.monotonic()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
 
     async def stop(self) -> None:
         self._stop.set()
