@@ -19,6 +19,7 @@ import asyncio
 import importlib
 import os
 import socket
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -64,10 +65,36 @@ def play_on_node(
     return asyncio.run(_play(db, tournament_id, slot, attempt, driver))
 
 
+def restore_priority() -> str:
+    """Ray starts its worker processes at niceness 15 (its `worker_niceness`, so the
+    raylet wins the CPU). A match must not run there: its controller, its referee and the
+    hosts it starts (they inherit the niceness) would wait behind every other program of a
+    busy node, and a starved referee misjudges (a probe answered late, a settle window
+    that closes before the host was ever scheduled). Back to 0, as Ray does for its own
+    job supervisors; Linux keeps a niceness per thread, and every thread and process the
+    match starts later inherits this one's. Returns "" when done, else why not (lowering a
+    niceness needs CAP_SYS_NICE or a raised RLIMIT_NICE: start the node's raylet with
+    `RAY_worker_niceness=0` instead)."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current <= 0:
+        return ""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:
+        return (
+            f"this worker runs at niceness {current} and may not lower it: start the node "
+            "with RAY_worker_niceness=0 in ray start's environment"
+        )
+    return ""
+
+
 async def _play(
     db: str, tournament_id: str, slot: int, attempt: int, driver: str
 ) -> dict[str, str]:
     node = f"{socket.gethostname()}/{_ray_node_id()}"
+    stuck = restore_priority()
+    if stuck:
+        print(f"opsarena: warning: {stuck}", file=sys.stderr, flush=True)
     with open_store(db) as store:
         record = await load_tournament_record(store, tournament_id, reveal_seed=True)
         plan = await plan_from_log(store, record)
@@ -91,6 +118,7 @@ def remove_on_node(match_id: str, driver: str) -> list[str]:
     by the driver's own labels (never a program of the hosts)."""
     from opsarena.hosts import get_driver
 
+    restore_priority()
     return asyncio.run(get_driver(driver).cleanup(match_id=match_id))
 
 
