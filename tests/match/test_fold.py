@@ -19,8 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opsarena.challenges import builtin_challenge
 from opsarena.errors import EventLogError
 from opsarena.match import states
+from opsarena.match.controller import MatchPlan, resumed_plan
 from opsarena.match.events import parse_event
 from opsarena.match.fold import RecordFolder, fold_events
 from opsarena.match.record import MatchRecord
@@ -599,3 +601,18 @@ def test_fold_bytes_do_not_depend_on_the_process(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout == here
+
+
+def test_a_resumed_match_keeps_the_quotas_it_was_created_with() -> None:
+    challenge = builtin_challenge("durable-records")
+    record = fold_dicts(_mutate(demo_events(), 1, disk_quota_mb=300, disk_inode_quota=40_000))
+    assert (record.disk_quota_mb, record.disk_inode_quota) == (300, 40_000)
+    plan = resumed_plan(record, challenge, b"s" * 16, b"n" * 16, driver="podman")
+    assert (plan.disk_quota_mb, plan.disk_inode_quota) == (300, 40_000)
+    older = fold_dicts(demo_events())  # logged before the quotas were
+    assert (older.disk_quota_mb, older.disk_inode_quota) == (None, None)
+    plan = resumed_plan(older, challenge, b"s" * 16, b"n" * 16, driver="podman")
+    default = MatchPlan(challenge, [], 60.0)
+    assert (plan.disk_quota_mb, plan.disk_inode_quota) == (
+        default.disk_quota_mb, default.disk_inode_quota
+    )

@@ -24,11 +24,13 @@ pytestmark = pytest.mark.hosts
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 
 
-def start_match(db: Path, *builders: str, drain_s: int = 10) -> subprocess.Popen[bytes]:
+def start_match(
+    db: Path, *builders: str, drain_s: int = 10, options: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     args = [arg for b in builders for arg in ("--builder", b)]
     return subprocess.Popen(
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
-         "--drain", str(drain_s), *args],
+         "--drain", str(drain_s), *options, *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -69,7 +71,8 @@ def resume(db: Path, match_id: str) -> subprocess.CompletedProcess[str]:
 
 def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
     db = tmp_path / "log.db"
-    process = start_match(db, "ref=scripted:reference", "mem=scripted:in-memory")
+    quotas = ("--disk-quota", "300", "--inode-quota", "40000")
+    process = start_match(db, "ref=scripted:reference", "mem=scripted:in-memory", options=quotas)
     match_id = kill_after(process, db, "agent_ended")
     truncate_log(db, match_id, seqs_of(db, match_id, "agent_ended")[0])  # as if killed then
     before = events_of(db, match_id)
@@ -84,6 +87,7 @@ def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
         record = record_of(db, match_id)
         assert record.match_state == "finished" and record.winner == "ref"
         assert record.territories["ref"].milestone_points == 100
+        assert (record.disk_quota_mb, record.disk_inode_quota) == (300, 40_000)  # resumed so
         for agent in record.agents.values():
             assert agent.terminal_state in ("completed", "interrupted")
         assert "finished already" in resume(db, match_id).stderr

@@ -142,6 +142,29 @@ class MatchPlan:
         return done_token(self.done_key, self.match_id, territory)
 
 
+
+def resumed_plan(
+    record: MatchRecord, challenge: Challenge, seed: bytes, nonce: bytes, *, driver: str
+) -> MatchPlan:
+    """The plan a resumed match goes on with: its limits, finish rule and quotas as its
+    `match_created` logged them (quotas missing from older logs: the defaults)."""
+    plan = MatchPlan(
+        challenge=challenge,
+        competitors=[],
+        time_limit_s=record.time_limit_s,
+        drain_s=record.drain_s,
+        seed=seed,
+        nonce=nonce,
+        finish=record.finish_mode,  # type: ignore[arg-type]
+        driver=driver,
+        match_id=record.match_id,
+    )
+    if record.disk_quota_mb is not None:
+        plan.disk_quota_mb = record.disk_quota_mb
+    if record.disk_inode_quota is not None:
+        plan.disk_inode_quota = record.disk_inode_quota
+    return plan
+
 @dataclass
 class _DiskWatch:
     """What `Controller._watch_disks` knows of every host's disk: which are frozen, which
@@ -427,6 +450,8 @@ class Controller:
                 finish_mode=plan.finish,
                 time_limit_s=plan.time_limit_s,
                 drain_s=plan.drain_s,
+                disk_quota_mb=plan.disk_quota_mb,
+                disk_inode_quota=plan.disk_inode_quota,
                 milestones=[
                     MilestoneSpec(id=m.id, points=m.points, title=m.title)
                     for m in plan.challenge.milestones
@@ -826,17 +851,7 @@ class Controller:
         if record.match_state == "finished":
             raise MatchError(f"match {record.match_id} is finished already: opsarena show it")
         seed, nonce = await cls._vaulted_seed(store, record)
-        plan = MatchPlan(
-            challenge=challenge,
-            competitors=[],
-            time_limit_s=record.time_limit_s,
-            drain_s=record.drain_s,
-            seed=seed,
-            nonce=nonce,
-            finish=record.finish_mode,  # type: ignore[arg-type]
-            driver=driver,
-            match_id=record.match_id,
-        )
+        plan = resumed_plan(record, challenge, seed, nonce, driver=driver)
         self = cls.__new__(cls)
         self._setup(plan, store)
         for name, territory in record.territories.items():

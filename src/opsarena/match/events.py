@@ -74,6 +74,11 @@ class MatchCreated(EventData):
     challenge_source: str = ""
     """What finds the challenge again (`find_challenge`): a built-in's name or the
     absolute path of its directory; empty in logs older than challenge directories."""
+    disk_quota_mb: int | None = Field(default=None, ge=1)
+    """Each host's byte quota (MiB): `opsarena resume` enforces the same. None in logs
+    written before it was logged (resume then uses the default)."""
+    disk_inode_quota: int | None = Field(default=None, ge=1)
+    """Each host's inode quota, likewise."""
 
     @model_validator(mode="after")
     def _committed(self) -> MatchCreated:

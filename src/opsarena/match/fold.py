@@ -347,6 +347,8 @@ class RecordFolder:
             finish_mode=data.finish_mode,
             time_limit_s=data.time_limit_s,
             drain_s=data.drain_s,
+            disk_quota_mb=data.disk_quota_mb,
+            disk_inode_quota=data.disk_inode_quota,
             created_at=event.wall,
             match_state=states.MATCH.initial,
             territories=territories,

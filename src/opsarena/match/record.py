@@ -120,6 +120,10 @@ class MatchRecord(_Record):
     finish_mode: str
     time_limit_s: float
     drain_s: float
+    disk_quota_mb: int | None = None
+    """Each host's disk quota in MiB (null in logs older than it)."""
+    disk_inode_quota: int | None = None
+    """Each host's inode quota (null in logs older than it)."""
     created_at: str
     started_at: str | None = None
     match_state: str
