@@ -82,6 +82,15 @@ def test_building_says_what_cannot_work() -> None:
         build_agent(parse_agent_spec("command:./a.sh"), AgentSettings(base_url="http://x/v1"))
     with pytest.raises(AgentSpecError, match="contradicts"):
         build_agent(parse_agent_spec("llm:a"), AgentSettings(model="b"), ENV)
+    # A limit the agent cannot count is refused, never silently ignored.
+    tokens = AgentSettings(limits=Limits(output_tokens=9, wall_s=60))
+    with pytest.raises(AgentSpecError, match=r"limits.output_tokens does not apply to command"):
+        build_agent(parse_agent_spec("command:./a.sh"), tokens)
+    wall = AgentSettings(limits=Limits(wall_s=60))
+    assert build_agent(parse_agent_spec("command:./a.sh"), wall).wall_s == 60  # type: ignore[attr-defined]
+    for kind in ("scripted:reference", "human"):
+        with pytest.raises(AgentSpecError, match=r"limits.wall_s does not apply"):
+            build_agent(parse_agent_spec(kind), wall)
     with pytest.raises(OpsArenaError, match="unknown scripted builder 'nobody'"):
         build_agent(parse_agent_spec("scripted:nobody"))
 

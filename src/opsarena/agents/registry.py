@@ -21,6 +21,8 @@ from opsarena.agents.llm import LlmAgent
 from opsarena.agents.scripted import get_scripted
 from opsarena.agents.spec import (
     COMMAND_ONLY_SETTINGS,
+    EVERY_LIMIT,
+    LLM_ONLY_LIMITS,
     LLM_ONLY_SETTINGS,
     AgentSettings,
     AgentSpec,
@@ -148,10 +150,18 @@ def _human(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> 
 
 
 register_agent_kind(
-    "scripted", _scripted, arg="NAME", refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
+    "scripted",
+    _scripted,
+    arg="NAME",
+    refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
 )
-register_agent_kind("command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS)
+register_agent_kind(
+    "command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS | LLM_ONLY_LIMITS
+)
 register_agent_kind("llm", _llm, arg="MODEL", refused_settings=COMMAND_ONLY_SETTINGS)
 register_agent_kind(
-    "human", _human, arg=None, refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS
+    "human",
+    _human,
+    arg=None,
+    refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
 )

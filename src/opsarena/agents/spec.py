@@ -107,6 +107,11 @@ LLM_ONLY_SETTINGS = frozenset(
     }
 )
 COMMAND_ONLY_SETTINGS = frozenset({"env", "grace_s", "paths", "network"})
+LLM_ONLY_LIMITS = frozenset(
+    {"limits.turns", "limits.input_tokens", "limits.output_tokens", "limits.cost_microusd"}
+)
+"""Limits only a model's agent can count (`AgentSettings.explicit` names them so)."""
+EVERY_LIMIT = LLM_ONLY_LIMITS | {"limits.wall_s"}
 
 
 class AgentSettings(BaseModel):
@@ -163,10 +168,12 @@ class AgentSettings(BaseModel):
         return self.model_copy(update=update)
 
     def explicit(self) -> frozenset[str]:
-        """Names of the settings given explicitly (limits counted only when non-empty)."""
+        """Names of the settings given explicitly (limits counted only when non-empty),
+        and `limits.NAME` for each limit given."""
         names = set(self.model_fields_set)
         if not self.limits.model_fields_set:
             names.discard("limits")
+        names |= {f"limits.{name}" for name in self.limits.model_fields_set}
         return frozenset(names)
 
 
