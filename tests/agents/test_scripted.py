@@ -34,7 +34,7 @@ CALIBRATION_BUILDERS = (
     "repair-wipe", "repair-transient", "repair-collateral", "repair-standin",
     "tls-self-signed", "tls-legacy", "tls-no-redirect", "tls-no-hsts",
     "hardened-root", "hardened-planted-left", "hardened-stopped-only", "hardened-writable",
-    "hardened-saved-root",
+    "hardened-saved-root", "hardened-acl-writable",
     # zero-downtime-deploy's (tests/challenges/test_zero_downtime_deploy.py).
     "deploy-stop-start", "deploy-fresh-data", "deploy-newest-only", "deploy-v2-first",
     "deploy-no-command",

@@ -4,6 +4,7 @@ hosts."""
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,8 @@ MATRIX: dict[str, list[str]] = {
     "hardened-stopped-only": [PASS, PASS, PASS, PASS, PASS, "unexpected_listener"],
     # Effective ids the user's, saved ids and permitted capabilities root's.
     "hardened-saved-root": [PASS, PASS, "service_runs_as_root"],
+    # Its program directory 0755 root's, and an ACL entry granting its user rwx.
+    "hardened-acl-writable": [PASS, PASS, PASS, PASS, "writable_outside_data"],
 }
 
 
@@ -141,6 +144,59 @@ def test_a_directory_swapped_after_it_was_listed_is_not_entered(tmp_path: Path) 
         os.close(fd)
     finally:
         os.close(parent)
+
+
+def acl(*entries: tuple[int, int, int]) -> bytes:
+    """A `system.posix_acl_access` value, as setfacl(1) stores it."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+ANY = 0xFFFFFFFF
+
+
+def test_an_acl_decides_instead_of_the_mode_bits_as_the_kernel_does() -> None:
+    m = checks()
+    svc, other, staff = 999, 1000, 50
+    # root:root 0755 by its mode; user 999 granted rwx by name, the mask allowing rw only.
+    named = m.parse_acl(acl((1, 7, ANY), (2, 7, svc), (4, 5, ANY), (0x10, 6, ANY), (0x20, 5, ANY)))
+    assert m.acl_permitted(named, 0, 0, svc, frozenset({svc}), 0o2)
+    assert not m.acl_permitted(named, 0, 0, svc, frozenset({svc}), 0o1)  # masked out
+    assert not m.acl_permitted(named, 0, 0, other, frozenset({other}), 0o2)
+    # A named group: any matching group entry that grants it; the others' entry then never.
+    grouped = m.parse_acl(
+        acl((1, 7, ANY), (4, 5, ANY), (8, 7, staff), (0x10, 7, ANY), (0x20, 7, ANY))
+    )
+    assert m.acl_permitted(grouped, 0, 0, other, frozenset({staff}), 0o2)
+    assert not m.acl_permitted(grouped, 0, 0, other, frozenset({0}), 0o2)  # group, not other
+    assert m.acl_permitted(grouped, 0, 0, other, frozenset({other}), 0o2)  # others' rwx
+    with pytest.raises(ValueError, match="version-2"):
+        m.parse_acl(b"\x01\x00\x00\x00")
+
+
+def test_the_walk_reads_acls_through_the_directory_it_opened(tmp_path: Path) -> None:
+    """A directory 0755 root's with an ACL entry for the service's user is writable by it;
+    without the entry it is not. Read the way the check reads a host (no path followed)."""
+    m = checks()
+    svc = 12345
+    root = tmp_path / "host"
+    (root / "usr/local/lib/app").mkdir(parents=True)
+    (root / "var/lib/app").mkdir(parents=True)
+    for d in (root, root / "usr", root / "usr/local", root / "usr/local/lib"):
+        d.chmod(0o755)
+    app = root / "usr/local/lib/app"
+    app.chmod(0o755)
+
+    def walk() -> list[str]:
+        return m._walk_writable(
+            str(root), frozenset(), frozenset(), "/var/lib/app", frozenset({svc}),
+            frozenset({svc}), lambda uid, gid: (0 if uid == os.getuid() else uid,
+                                                0 if gid == os.getgid() else gid),
+        )  # fmt: skip
+
+    assert walk() == []
+    os.setxattr(app, m.ACL_XATTR, acl((1, 7, ANY), (2, 7, svc), (4, 5, ANY), (0x10, 7, ANY),
+                                      (0x20, 5, ANY)))  # fmt: skip
+    assert walk() == ["/usr/local/lib/app (drwxrwxr-x+ 0:0)"]
 
 
 def holder(pid: int, c: object, comm: str = "python3") -> object:

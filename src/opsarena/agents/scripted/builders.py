@@ -25,7 +25,8 @@ referee decides what it really earned. Designed verdicts:
 `tls-gateway` and `hardened-service` are passed by `reference` too (it reads the
 challenge's name and brief variables from `params`); their flawed builders
 (tls-self-signed, tls-legacy, tls-no-redirect, tls-no-hsts; hardened-root,
-hardened-planted-left, hardened-stopped-only, hardened-writable, hardened-saved-root) are
+hardened-planted-left, hardened-stopped-only, hardened-writable, hardened-saved-root,
+hardened-acl-writable) are
 `reference` with one `deploy.TLS_FLAWS` / `deploy.HARDENED_FLAWS` flaw, and their
 matrices are in docs/CHALLENGES.md.
 `incident-repair`'s `reference` and its flawed builders (repair-wipe, repair-transient,
@@ -165,7 +166,7 @@ class RecordsServiceBuilder(ScriptedBuilder):
         launcher: tuple[str, ...] = ()
         if target.challenge == "hardened-service":
             removed = await host.exec(
-                hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw),
+                hardened_script(self.hardened_flaw) + sandbox_script(self.hardened_flaw, target),
                 timeout=60.0,
             )
             if not removed.ok:
@@ -440,6 +441,15 @@ class HardenedWritableBuilder(ReferenceBuilder):
     name = "hardened-writable"
     model = "scripted/hardened-writable"
     hardened_flaw = "writable"
+
+
+class HardenedAclWritableBuilder(ReferenceBuilder):
+    """`hardened-service`: its program directory looks root's (0755) but a POSIX ACL entry
+    lets the service's user write there (fails `write-sandbox`)."""
+
+    name = "hardened-acl-writable"
+    model = "scripted/hardened-acl-writable"
+    hardened_flaw = "acl-writable"
 
 
 class HardenedSavedRootBuilder(ReferenceBuilder):

@@ -203,11 +203,28 @@ CA_DIR = "/etc/opsarena/ca"
 """Where `tls-gateway` places the arena's CA key and certificate on the host."""
 
 
-HARDENED_FLAWS = ("root", "planted-left", "stopped-only", "writable", "saved-root")
+HARDENED_FLAWS = (
+    "root", "planted-left", "stopped-only", "writable", "saved-root", "acl-writable"
+)  # fmt: skip
 """Deliberate `hardened-service` flaws: the service runs as root; the planted listener
 left running; stopped but still enabled (back after a reboot); no write sandbox; started
 as root and dropped to its user with root kept as the saved uid and gid (its effective
-ids are the user's, and it can become root again: `SAVED_ROOT_LAUNCHER`)."""
+ids are the user's, and it can become root again: `SAVED_ROOT_LAUNCHER`); its program
+directory root's and 0755 as the reference's, but a POSIX ACL entry lets the service's
+user write there (only the ACL says so: the mode's group bits show its mask)."""
+
+ACL_GRANT = """\
+import os, pwd, struct, sys
+path, user = sys.argv[1], sys.argv[2]
+mode = os.stat(path).st_mode
+# struct posix_acl_xattr: version 2, then (tag, permissions, id) per entry, in tag order.
+entries = [(0x01, mode >> 6 & 7, 0xFFFFFFFF), (0x02, 7, pwd.getpwnam(user).pw_uid),
+           (0x04, mode >> 3 & 7, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF), (0x20, mode & 7, 0xFFFFFFFF)]
+value = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+os.setxattr(path, "system.posix_acl_access", value)
+"""
+"""What `setfacl -m u:USER:rwx PATH` does (the hosts have no setfacl), in the host's
+python3: PATH USER."""
 
 SAVED_ROOT_LAUNCHER = b"""\
 # opsarena scripted builder hardened-saved-root: a flawed privilege drop, on purpose.
@@ -251,11 +268,24 @@ def hardened_script(flaw: str | None) -> str:
     )
 
 
-def sandbox_script(flaw: str | None) -> str:
+def sandbox_script(flaw: str | None, target: ServiceTarget | None = None) -> str:
     """Bash closing what the service's user could write on disk besides its data: the
     world-writable /var/tmp (systemd's ProtectSystem= cannot work without mount
-    namespaces, which these hosts do not give). The `writable` flaw leaves it."""
-    return "true\n" if flaw == "writable" else "chmod 1770 /var/tmp\n"
+    namespaces, which these hosts do not give). The `writable` flaw leaves it; the
+    `acl-writable` flaw then grants the user its program directory by an ACL entry."""
+    if flaw == "writable":
+        return "true\n"
+    closed = "chmod 1770 /var/tmp\n"
+    if flaw != "acl-writable" or target is None:
+        return closed
+    user = target.stem
+    return (
+        closed
+        + f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
+        f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
+        + f"install -d -m 0755 {target.program_dir}\n"
+        + f"python3 -c {shlex.quote(ACL_GRANT)} {target.program_dir} {user}\n"
+    )
 
 
 def tls_issue_script(target: ServiceTarget, *, self_signed: bool) -> str:

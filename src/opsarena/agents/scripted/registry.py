@@ -6,6 +6,7 @@ from opsarena.agents.scripted.backup import BACKUP_BUILDERS
 from opsarena.agents.scripted.builders import (
     BinaryUnsafeBuilder,
     FoundForMissingBuilder,
+    HardenedAclWritableBuilder,
     HardenedPlantedLeftBuilder,
     HardenedRootBuilder,
     HardenedSavedRootBuilder,
@@ -73,6 +74,7 @@ _ALL: tuple[type[ScriptedBuilder], ...] = (
     HardenedStoppedOnlyBuilder,
     HardenedWritableBuilder,
     HardenedSavedRootBuilder,
+    HardenedAclWritableBuilder,
     StopStartBuilder,
     FreshDataBuilder,
     NewestOnlyDeployBuilder,

@@ -214,6 +214,78 @@ def searchable_by_any(
     return any(permitted(mode, owner, group, uid, gids, 0o1) for uid in uids)
 
 
+ACL_XATTR = "system.posix_acl_access"
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AclEntry:
+    tag: int
+    perm: int
+    """rwx as three bits (4 read, 2 write, 1 search)."""
+    id: int
+    """The user or group of an `ACL_USER` / `ACL_GROUP` entry (as the reader's namespace
+    sees it); meaningless for the others."""
+
+
+def parse_acl(value: bytes) -> list[AclEntry]:
+    """A `system.posix_acl_access` value (struct posix_acl_xattr_header, version 2, then
+    8-byte entries). `ValueError` for anything else. Pure."""
+    if len(value) < 4 or (len(value) - 4) % 8 or int.from_bytes(value[:4], "little") != 2:
+        raise ValueError(f"not a version-2 POSIX ACL ({len(value)} bytes)")
+    entries = []
+    for at in range(4, len(value), 8):
+        tag = int.from_bytes(value[at : at + 2], "little")
+        perm = int.from_bytes(value[at + 2 : at + 4], "little")
+        entries.append(AclEntry(tag, perm & 7, int.from_bytes(value[at + 4 : at + 8], "little")))
+    return entries
+
+
+def acl_permitted(
+    entries: list[AclEntry], owner: int, group: int, uid: int, gids: frozenset[int], bit: int
+) -> bool:
+    """Whether an access ACL gives `uid` (groups `gids`) permission `bit` (2 write, 1
+    search), as the kernel decides (posix_acl_permission): the owner's entry; else a
+    named user's, within the mask; else, when any group entry matches, whether one of
+    them grants it, within the mask; else the others'. Entry ids already in the same
+    namespace as `uid` and `gids`. Pure."""
+    mask = next((e.perm for e in entries if e.tag == ACL_MASK), 7)
+    if owner == uid:
+        return any(e.tag == ACL_USER_OBJ and e.perm & bit for e in entries)
+    for e in entries:
+        if e.tag == ACL_USER and e.id == uid:
+            return bool(e.perm & mask & bit)
+    groups = [
+        e for e in entries
+        if (e.tag == ACL_GROUP_OBJ and group in gids) or (e.tag == ACL_GROUP and e.id in gids)
+    ]  # fmt: skip
+    if groups:
+        return any(e.perm & mask & bit for e in groups)
+    return any(e.tag == ACL_OTHER and e.perm & bit for e in entries)
+
+
+def _access_acl(
+    parent: int, name: str, to_host: Callable[[int, int], tuple[int, int]]
+) -> list[AclEntry] | None:
+    """Blocking: the access ACL of entry `name` of the open directory `parent` (looked up
+    through that very descriptor, never a path of the host, and never following a
+    symlink), its ids turned into the host's; None when it has none (or it is gone)."""
+    try:
+        value = os.getxattr(f"/proc/self/fd/{parent}/{name}", ACL_XATTR, follow_symlinks=False)
+    except OSError:  # ENODATA: none; ENOENT: gone; EOPNOTSUPP: no ACLs on this filesystem
+        return None
+    named = []
+    for e in parse_acl(value):
+        if e.tag == ACL_USER:
+            e = AclEntry(e.tag, e.perm, to_host(e.id, 0)[0])
+        elif e.tag == ACL_GROUP:
+            e = AclEntry(e.tag, e.perm, to_host(0, e.id)[1])
+        named.append(e)
+    return named
+
+
 @dataclass(frozen=True)
 class Credentials:
     """A process's credentials as the kernel keeps them (/proc/PID/status), ids as the
@@ -406,7 +478,9 @@ def _walk_writable(
     listed (same device and inode), so a host that swaps a directory for a symlink
     (renameat2 RENAME_EXCHANGE) never leads it out of the host's tree; such a swap is
     reported ("changed while the referee read it"), as is a directory too deep to walk.
-    Entries are only lstat'ed, relative to their directory: no file is opened or read."""
+    Entries are only lstat'ed, relative to their directory, and their POSIX access ACL
+    read through the directory's descriptor (an ACL decides instead of the mode bits, as
+    in the kernel): no file is opened or read."""
     found: list[str] = []
     data = data_dir.rstrip("/")
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's root
@@ -437,9 +511,21 @@ def _walk_writable(
             if (crossing or path in skip_paths) and _on_mount(here.fd, name, st, skip):
                 continue  # a memory filesystem (or a file bound from one): not the disk
             owner, group = to_host(st.st_uid, st.st_gid)
-            if writable_by_any(st.st_mode, owner, group, uids, gids):
-                found.append(f"{path} ({stat.filemode(st.st_mode)} {owner}:{group})")
-            if kind != stat.S_IFDIR or not searchable_by_any(st.st_mode, owner, group, uids, gids):
+            try:
+                acl = _access_acl(here.fd, name, to_host)
+            except ValueError as exc:  # an ACL the kernel would not have stored
+                found.append(f"{path} (its ACL cannot be read: {exc})")
+                continue
+            if acl is None:
+                writable = writable_by_any(st.st_mode, owner, group, uids, gids)
+                searchable = searchable_by_any(st.st_mode, owner, group, uids, gids)
+            else:
+                writable = any(acl_permitted(acl, owner, group, u, gids, 0o2) for u in uids)
+                searchable = any(acl_permitted(acl, owner, group, u, gids, 0o1) for u in uids)
+            if writable:
+                shown = "+" if acl is not None else ""  # as ls -l marks an ACL
+                found.append(f"{path} ({stat.filemode(st.st_mode)}{shown} {owner}:{group})")
+            if kind != stat.S_IFDIR or not searchable:
                 continue
             if len(stack) > MAX_DEPTH:
                 found.append(f"{path} (deeper than {MAX_DEPTH} directories: not examined)")
