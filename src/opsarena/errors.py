@@ -100,6 +100,11 @@ class StoreError(OpsArenaError):
     a newer opsarena, or cannot be opened."""
 
 
+class NoEventLogError(StoreError):
+    """There is no event log at the path yet: no file, or an empty one (a writer that is
+    creating it has not made its tables). A reader may simply try again later."""
+
+
 class LogTamperedError(StoreError):
     """The event log holds rows the arena did not append: a sequence number it was about
     to take is taken, or the row it would chain to does not match its hash. `seq` is the

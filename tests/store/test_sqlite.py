@@ -13,7 +13,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from opsarena.errors import StoreError
+from opsarena.errors import NoEventLogError, StoreError
 from opsarena.store import (
     GENESIS,
     MAX_EVENT_BYTES,
@@ -186,6 +186,22 @@ def test_another_sqlite_database_is_refused_and_left_alone(db: Path) -> None:
     check = sqlite3.connect(db)
     assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not switched to WAL
     check.close()
+
+    with pytest.raises(StoreError, match="SQLite database but not an opsarena event log"):
+        SqliteEventStore(db, read_only=True)  # a reader says the same
+
+
+def test_a_reader_of_a_log_being_created_is_told_there_is_none_yet(db: Path) -> None:
+    """A writer creates the file (0600) before its tables: a reader in that window (a
+    scoreboard started with the match) hears "no event log yet", never "not ours"; once
+    the tables are there it reads."""
+    db.touch()
+    with pytest.raises(NoEventLogError, match=r"no event log at .* yet: the file is empty"):
+        SqliteEventStore(db, read_only=True)
+    SqliteEventStore(db).close()
+    SqliteEventStore(db, read_only=True).close()
+    with pytest.raises(NoEventLogError, match="no event log at"):
+        SqliteEventStore(db.with_name("absent.db"), read_only=True)
 
 
 def test_a_newer_schema_is_refused(db: Path) -> None:

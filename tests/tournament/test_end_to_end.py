@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from opsarena.errors import NoEventLogError
 from opsarena.store import SqliteEventStore
 from opsarena.tournament import fold_tournament, stream_id
 from opsarena.tournament.record import TournamentRecord
@@ -35,9 +36,11 @@ CORRECT = ("reference", "webdav")
 
 
 def read_tournament(db: Path, tournament_id: str) -> TournamentRecord | None:
-    if not db.exists():
+    try:
+        store = SqliteEventStore(db, read_only=True)
+    except NoEventLogError:  # not yet: the run is still creating its log
         return None
-    with SqliteEventStore(db, read_only=True) as store:
+    with store:
         events = asyncio.run(store.read(stream_id(tournament_id)))
     return fold_tournament(events) if events else None
 

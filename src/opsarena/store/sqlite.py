@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from opsarena.errors import EventLogError, LogTamperedError, StoreError
+from opsarena.errors import EventLogError, LogTamperedError, NoEventLogError, StoreError
 from opsarena.store.base import (
     EventStore,
     LogAudit,
@@ -129,7 +129,7 @@ class SqliteEventStore(EventStore):
 
     def _open_read_only(self) -> sqlite3.Connection:
         if not self.path.is_file():
-            raise StoreError(
+            raise NoEventLogError(
                 f"no event log at {self.path}: run a match first (opsarena demo) or pass --db"
             )
         uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
@@ -141,7 +141,13 @@ class SqliteEventStore(EventStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the event log {self.path}: {exc}") from None
         try:
-            if "opsarena_schema" not in self._tables(conn):
+            tables = self._tables(conn)
+            if not tables:  # the file a starting writer made, before its tables
+                raise NoEventLogError(
+                    f"no event log at {self.path} yet: the file is empty (a match that is "
+                    "starting creates its tables first); run a match or pass --db"
+                )
+            if "opsarena_schema" not in tables:
                 raise self._not_ours()
             self._check_version(conn)
         except sqlite3.DatabaseError as exc:
