@@ -197,6 +197,18 @@ def test_the_walk_reads_acls_through_the_directory_it_opened(tmp_path: Path) -> 
     os.setxattr(app, m.ACL_XATTR, acl((1, 7, ANY), (2, 7, svc), (4, 5, ANY), (0x10, 7, ANY),
                                       (0x20, 5, ANY)))  # fmt: skip
     assert walk() == ["/usr/local/lib/app (drwxrwxr-x+ 0:0)"]
+    # Hostile: a symlink in the host to a file of the machine's whose ACL grants the user.
+    outside = tmp_path / "machine-file"
+    outside.write_text("the arena's")
+    os.setxattr(outside, m.ACL_XATTR, acl((1, 6, ANY), (2, 6, svc), (4, 4, ANY),
+                                          (0x10, 6, ANY), (0x20, 4, ANY)))  # fmt: skip
+    (root / "usr/local/lib/decoy").symlink_to(outside)
+    parent = os.open(root / "usr/local/lib", os.O_RDONLY | os.O_DIRECTORY)
+    try:  # the link's own ACL (none), never its target's
+        assert m._access_acl(parent, "decoy", lambda uid, gid: (uid, gid)) is None
+    finally:
+        os.close(parent)
+    assert walk() == ["/usr/local/lib/app (drwxrwxr-x+ 0:0)"]
 
 
 def holder(pid: int, c: object, comm: str = "python3") -> object:
