@@ -13,7 +13,10 @@ a tool result for each; a tool result for no call; a reasoning model's tool-call
 sent back without its reasoning (`reasoning_model="deepseek"`: DeepSeek's thinking mode;
 `"signed"`: the `reasoning_details` Claude and Gemini need back); a conversation past
 the model's window (the double's tokenizer: 4 characters of JSON a token); both
-`max_tokens` and `max_completion_tokens`; an unknown field in `provider` or `reasoning`.
+`max_tokens` and `max_completion_tokens`; an unknown field in `provider` or `reasoning`;
+for a model served by vLLM or SGLang (`Model(engine=...)`), a past tool call whose
+`function.arguments` is not a JSON object (api.openai.com takes any string), answered in
+that server's own error shape.
 A rejected request does not use up a scripted reply. The 400's body has the flavour's
 shape: api.openai.com's `{"error": {message, type, param, code}}`; on OpenRouter its
 own checks (model, parameters, the window) answer `{"error": {code, message}}`, and what
@@ -87,10 +90,18 @@ class Model:
     context_length: int = 200_000
     max_completion_tokens: int | None = 32_000
     reasoning_model: Literal["deepseek", "signed"] | None = None
+    engine: Literal["openai", "vllm", "sglang"] = "openai"
+    """What serves it. `vllm` and `sglang` (open-weights models, directly or behind
+    OpenRouter) parse every past tool call's `function.arguments` to render the chat
+    template, and answer 400, in their own error shape, to arguments that are not a JSON
+    object (vllm#43995, #47761 before PR#48922; SGLang before PR#28035); api.openai.com
+    (`openai`) takes any string."""
 
     @property
     def provider(self) -> str:
         """Who serves it behind OpenRouter (named in a passed-on provider error)."""
+        if self.engine != "openai":
+            return f"Double{self.engine.upper()}"
         return {"deepseek": "DeepSeek", "signed": "Anthropic"}.get(
             self.reasoning_model or "", "DoubleCloud"
         )
@@ -106,11 +117,18 @@ class Rejection:
     param: str | None = None
     code: str | None = None
     upstream: bool = False
-    upstream_style: Literal["openai", "anthropic"] = "openai"
+    upstream_style: Literal["openai", "anthropic", "vllm", "sglang"] = "openai"
 
 
 def openai_error_body(rejection: Rejection) -> dict[str, Any]:
-    """A 400 as api.openai.com (and DeepSeek's and most OpenAI-compatible servers) sends it."""
+    """A 400 as api.openai.com (and DeepSeek's and most OpenAI-compatible servers) sends it;
+    vLLM's and SGLang's own shapes for their styles."""
+    if rejection.upstream_style == "vllm":  # vllm/entrypoints/openai ErrorResponse
+        return {"error": {"message": rejection.message, "type": "BadRequestError",
+                          "param": None, "code": 400}}  # fmt: skip
+    if rejection.upstream_style == "sglang":  # flat, with `object`
+        return {"object": "error", "message": rejection.message, "type": "BadRequestError",
+                "param": None, "code": 400}  # fmt: skip
     return {
         "error": {
             "message": rejection.message,
@@ -119,6 +137,19 @@ def openai_error_body(rejection: Rejection) -> dict[str, Any]:
             "code": rejection.code,
         }
     }
+
+
+def template_arguments_problem(arguments: Any) -> str | None:
+    """What vLLM/SGLang say about a past call's arguments when rendering the template: the
+    JSON decoder's error, or jinja's for valid JSON that is not an object; None when fine
+    (an object, or empty: taken as `{}`)."""
+    if not arguments or isinstance(arguments, dict):
+        return None
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        return str(exc)  # e.g. "Expecting ',' delimiter: line 1 column 54 (char 53)"
+    return None if isinstance(parsed, dict) else "Can only get item pairs from a mapping."
 
 
 _ids = itertools.count(1)
@@ -431,6 +462,11 @@ class OpenAIDouble:
                             f"messages.[{index}].tool_calls.[{number}].id",
                             "empty_string",
                         )
+                    function = call.get("function") or {}
+                    if model.engine != "openai" and (
+                        why := template_arguments_problem(function.get("arguments"))
+                    ):
+                        return upstream(why, None, style=model.engine)
                     pending.add(call["id"])
                 if calls and model.reasoning_model is not None:
                     sent = self.sent_reasoning.get(calls[0]["id"])

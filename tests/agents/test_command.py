@@ -4,6 +4,9 @@ $OPSARENA_EXEC / $OPSARENA_PUT, one exits 3, one ignores SIGTERM and is killed w
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
+import signal
 from pathlib import Path
 
 import pytest
@@ -109,6 +112,41 @@ async def test_a_nonzero_exit_is_the_players_failure(agents_host: Host, tmp_path
     assert (outcome.terminal_state, outcome.successful) == ("failed", False)
     assert (outcome.failure_source, outcome.terminal_detail) == ("player", "exited with code 3")
     assert output(events, "stderr") == "cannot do it\n"
+
+
+def running(argv: bytes) -> list[int]:
+    """Processes of the machine whose command line is `argv` (NUL-separated)."""
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    return alive([pid for pid in pids if cmdline(pid) == argv])
+
+
+@pytest.mark.hosts
+@pytest.mark.parametrize(
+    ("orphan", "code", "outcome"),
+    [
+        ("setsid sleep {n} &", 3, ("failed", "exited with code 3")),  # holds the pipes too
+        ("setsid sleep {n} </dev/null >/dev/null 2>&1 &", 0, ("completed", "exited with code 0")),
+    ],
+)
+async def test_a_program_that_exits_ends_there_and_its_orphans_are_killed(
+    agents_host: Host, tmp_path: Path, orphan: str, code: int, outcome: tuple[str, str]
+) -> None:
+    """An orphan the program daemonised keeps the sandbox's pid 1 (and maybe its output)
+    alive after the program exits: the agent still ends with the program's own exit, not
+    `terminated` at the wall limit or the drain, and the orphan is killed."""
+    n = 1_000_000 + secrets.randbelow(8_999_999)  # this test's own sleeper, on a shared machine
+    body = f"#!/bin/bash\n{orphan.format(n=n)}\necho started\nexit {code}\n"
+    ctx, events = make_ctx(agents_host)
+    agent = CommandAgent([str(script(tmp_path / "daemonises.sh", body))], wall_s=30)
+    try:
+        ended = await agent.run(ctx)
+    finally:
+        for pid in running(f"sleep\0{n}\0".encode()):  # only if the agent left it
+            os.kill(pid, signal.SIGKILL)
+    assert (ended.terminal_state, ended.terminal_detail) == outcome, ended
+    assert output(events, "stdout") == "started\n"
+    assert agent.cage is not None and not agent.cage.path.exists(), "the cgroup is removed"
+    assert running(f"sleep\0{n}\0".encode()) == []
 
 
 @pytest.mark.hosts

@@ -12,6 +12,7 @@ from tests.agents.openai_double import (
     API_KEY,
     Model,
     OpenAIDouble,
+    Reply,
     completion,
     error,
     error_in_200,
@@ -383,6 +384,150 @@ async def test_a_corrected_model_goes_on(openai_double: OpenAIDouble, agents_hos
     ]
 
 
+MALFORMED_ARGUMENTS = {
+    "single quotes": "{'command': 'echo hi'}",
+    "truncated": '{"command": "echo hi',
+    "an array": '["echo hi"]',
+    "a string": '"echo hi"',
+}
+
+
+def open_weights(double: OpenAIDouble, engine: str = "vllm") -> str:
+    """A model the double serves as vLLM (or SGLang) does: past arguments parsed."""
+    double.models["open-model"] = Model(engine=engine)  # type: ignore[arg-type]
+    return "open-model"
+
+
+@pytest.mark.hosts
+@pytest.mark.parametrize("malformed", MALFORMED_ARGUMENTS)
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+async def test_malformed_arguments_go_back_as_an_empty_object_and_the_run_goes_on(
+    openai_double: OpenAIDouble, agents_host: Host, malformed: str, engine: str
+) -> None:
+    """Before: the next request carried the raw text, vLLM/SGLang answered 400 to it (and
+    to every later one), and the run ended `failed`, blamed on the arena."""
+    raw = MALFORMED_ARGUMENTS[malformed]
+    model = open_weights(openai_double, engine)
+    openai_double.script = [
+        completion(calls=[("bash", raw)]),
+        completion(calls=[("bash", {"command": "echo fixed"})]),
+        completion(calls=[("done", {"summary": "fine"})]),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double, model=model).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "fine")
+    assert openai_double.rejected == []
+    sent = openai_double.messages(1)
+    (turn,) = [m for m in sent if m["role"] == "assistant"]
+    assert turn["tool_calls"][0]["function"]["arguments"] == "{}"
+    (told,) = tool_results(sent)
+    assert told.startswith("Error: ") and told.endswith(f"You sent: {raw}")
+    first_call = next(e for e in entries(events) if e["kind"] == "tool_call")
+    assert (first_call["arguments"], first_call["sent_arguments"]) == (raw, "{}")  # raw kept
+    assert replay_messages(entries(events))[: len(openai_double.messages(-1))] == (
+        openai_double.messages(-1)
+    )
+
+
+@pytest.mark.hosts
+async def test_open_weights_quirks_are_taken_in_stride(
+    plain_double: OpenAIDouble, agents_host: Host
+) -> None:
+    """What such providers do that api.openai.com does not, in one run: parallel calls
+    (one to a tool that does not exist, with single-quoted arguments) under
+    `finish_reason: "stop"` and without `usage`; a 503 and a 429 with Retry-After. Served
+    directly (vLLM's own /v1), so there is no generation record to look the usage up in."""
+    model = open_weights(plain_double)
+    plain_double.script = [
+        completion(
+            calls=[("bash", {"command": "echo one"}), ("functions.bash", "{'command': 'x'}")],
+            finish_reason="stop",
+            usage=False,
+            provider=None,
+        ),
+        error(503, "Service Unavailable", headers={"Retry-After": "0"}),
+        rate_limited(0.1),
+        completion(calls=[("done", {"summary": "ok"})]),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(plain_double, model=model, max_corrections=0).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "ok")
+    assert plain_double.rejected == []
+    results = tool_results(plain_double.messages(-1))
+    assert results[0] == "exit code: 0\nstdout:\none\n"
+    assert results[1].startswith("Error: there is no tool 'functions.bash'")
+    calls = next(m for m in plain_double.messages(-1) if m["role"] == "assistant")["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ['{"command": "echo one"}', "{}"]
+    retries = [(e["error"], e["delay_s"]) for e in entries(events) if e["kind"] == "retry"]
+    assert retries == [
+        ("HTTP 503: Service Unavailable", 0.0),
+        ("HTTP 429: Rate limit exceeded: free-models-per-min", 0.1),
+    ]
+    warnings = [e["content"] for e in entries(events) if e["kind"] == "warning"]
+    assert "the LLM API reported no usage: tokens and cost unknown" in warnings
+
+
+def provider_refusal(message: str, *, repeat: bool = False) -> Reply:
+    """A 400 that OpenRouter passes on from a vLLM provider, in vLLM's shape."""
+    raw = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+    return error(400, "Provider returned error", repeat=repeat,
+                 metadata={"provider_name": "DoubleVLLM", "raw": json.dumps(raw)})  # fmt: skip
+
+
+@pytest.mark.hosts
+async def test_a_refusal_of_the_models_own_reply_is_the_models(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    """The provider refuses the request carrying the model's newest turn and accepts it
+    without: the turn is taken out (what it ran stays, as text), the run goes on; refused
+    turns in a row end it as the player's failure, never the arena's."""
+    openai_double.script = [
+        completion(content="Looking.", calls=[("bash", {"command": "echo ran"})]),
+        provider_refusal("Unterminated string starting at: line 1 column 13 (char 12)"),
+        completion(calls=[("done", {"summary": "fine"})]),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.terminal_detail) == ("completed", "fine")
+    again = openai_double.messages(-1)
+    assert [m["role"] for m in again] == ["system", "user", "user"]
+    assert "the provider refused every request that carried it" in again[-1]["content"]
+    assert "Unterminated string" in again[-1]["content"]
+    assert "Its text: Looking." in again[-1]["content"]
+    assert "returned:\nexit code: 0\nstdout:\nran\n" in again[-1]["content"]
+    assert [e["kind"] for e in entries(events)].count("taken_out") == 1
+    assert replay_messages(entries(events))[: len(again)] == again
+
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "true"})]),
+        provider_refusal("bad history"),
+        completion(calls=[("bash", {"command": "true"})]),
+        provider_refusal("bad history again"),
+    ]
+    outcome = await make_agent(openai_double, max_corrections=1).run(make_ctx(agents_host)[0])
+    assert (outcome.terminal_state, outcome.failure_source) == ("failed", "player")
+    assert outcome.terminal_detail.startswith(
+        "model output unusable: the provider refused 2 of its replies in a row (last: HTTP 400"
+    )
+
+
+@pytest.mark.hosts
+async def test_a_refusal_that_outlasts_the_models_reply_is_the_arenas(
+    openai_double: OpenAIDouble, agents_host: Host
+) -> None:
+    openai_double.script = [
+        completion(calls=[("bash", {"command": "true"})]),
+        provider_refusal("model does not support tools", repeat=True),
+    ]
+    ctx, events = make_ctx(agents_host)
+    outcome = await make_agent(openai_double).run(ctx)
+    assert (outcome.terminal_state, outcome.failure_source) == ("failed", "arena")
+    assert "refused the request: HTTP 400" in outcome.terminal_detail
+    assert "model does not support tools" in outcome.terminal_detail
+    assert len(openai_double.requests) == 3  # the turn, then with and without the model's reply
+    assert [e["kind"] for e in entries(events)].count("taken_out") == 1
+
+
 @pytest.mark.hosts
 @pytest.mark.parametrize(
     ("limits", "detail"),
@@ -557,9 +702,12 @@ def test_cached_tokens_do_not_count_at_full_weight_against_the_input_limit() -> 
 def test_empty_turns_are_not_sent_back_and_calls_get_ids() -> None:
     assert assistant_message({"content": None}, []) is None
     assert assistant_message({"content": "  "}, None) is None
-    turn = assistant_message({"content": "", "reasoning_content": "r"}, [{"id": "x"}])
-    assert turn == {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}],
+    call = {"id": "x", "type": "function", "function": {"name": "bash", "arguments": "{'a'"}}
+    turn = assistant_message({"content": "", "reasoning_content": "r"}, [call])
+    sent = {**call, "function": {"name": "bash", "arguments": "{}"}}  # not an object: {}
+    assert turn == {"role": "assistant", "content": None, "tool_calls": [sent],
                     "reasoning_content": "r"}  # fmt: skip
+    assert call["function"]["arguments"] == "{'a'"  # what the model wrote is kept
     calls = normalise_calls([{"id": "", "function": {"name": "bash", "arguments": "{}"}},
                              {"function": {"name": "done"}}], turn=4)  # fmt: skip
     assert [c["id"] for c in calls] == ["call_t4_0", "call_t4_1"]

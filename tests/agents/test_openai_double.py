@@ -87,8 +87,10 @@ def refusal(response: httpx.Response, flavour: Flavour) -> tuple[str | None, Any
 
 
 def agent_reads(response: httpx.Response) -> str:
-    """What the agent makes of the answer (the SDK hands it the `error` object)."""
-    return classify_status(response.status_code, error_text(response.json()["error"]))
+    """What the agent makes of the answer (the SDK hands it the `error` object, or the
+    whole body when there is none, as SGLang sends it)."""
+    body = response.json()
+    return classify_status(response.status_code, error_text(body.get("error", body)))
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -152,6 +154,51 @@ async def test_tool_calls_without_their_results_are_refused(flavour: Flavour) ->
         assert double.requests == [] and len(double.rejected) == 4
         answered = await post(double, [SYSTEM, USER, turn, result("call_a"), result("call_b")])
         assert answered.status_code == 200
+
+
+MALFORMED = {
+    "single quotes": ("{'command': 'ls'}", "Expecting property name enclosed in double quotes"),
+    "truncated": ('{"command": "ls', "Unterminated string starting at: line 1 column 13"),
+    "an array": ('["ls"]', "Can only get item pairs from a mapping."),
+    "a string": ('"ls"', "Can only get item pairs from a mapping."),
+}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+async def test_open_weights_servers_refuse_past_arguments_that_are_not_an_object(
+    flavour: Flavour, engine: Literal["vllm", "sglang"]
+) -> None:
+    """vLLM and SGLang parse every past call's arguments to render the chat template;
+    api.openai.com takes any string (the `openai` engine, still checked here)."""
+    async with serving(flavour) as double:
+        double.models["open-model"] = Model(engine=engine)
+        double.script = [completion(content="fine", repeat=True)]
+        for arguments, message in MALFORMED.values():
+            bad = call("call_a")
+            bad["function"]["arguments"] = arguments
+            turn = {"role": "assistant", "content": None, "tool_calls": [bad]}
+            conversation = [SYSTEM, USER, turn, result("call_a"), USER]
+            refused = await post(double, conversation, "open-model")
+            provider, raw = refusal(refused, flavour)
+            assert provider in (None, f"Double{engine.upper()}")
+            if engine == "vllm":  # {"error": {...}}, as vllm#43995 shows it
+                assert set(raw) == {"error"} and raw["error"]["code"] == 400
+                error = raw["error"]
+            else:  # SGLang's flat ErrorResponse
+                assert raw["object"] == "error" and raw["code"] == 400
+                error = raw
+            assert error["type"] == "BadRequestError" and error["message"].startswith(message)
+            assert agent_reads(refused) == "refused"
+            # The same conversation is fine for a model api.openai.com serves.
+            assert (await post(double, conversation)).status_code == 200
+        for fine in ("{}", "", '{"command": "ls"}'):
+            good = call("call_a")
+            good["function"]["arguments"] = fine
+            turn = {"role": "assistant", "content": None, "tool_calls": [good]}
+            answered = await post(double, [SYSTEM, USER, turn, result("call_a")], "open-model")
+            assert answered.status_code == 200, fine
+        assert len(double.rejected) == len(MALFORMED)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

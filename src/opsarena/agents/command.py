@@ -263,23 +263,33 @@ class CommandAgent(Agent):
         cage: ProcessCage,
         pass_fds: tuple[int, ...],
     ) -> AgentOutcome:
+        # The output comes through pipes of our own, not the process's: an orphan the
+        # program daemonised (and the sandbox's pid 1, which waits for it) keeps them open
+        # after the program has exited, and asyncio's `wait()` also waits for the pipes
+        # it made; the agent then ended `terminated` at the drain instead of with the
+        # program's own exit. Its end is the sandbox's exit (bwrap returns the program's
+        # status as soon as the program exits); what it left is killed just after.
+        pipes = [os.pipe(), os.pipe()]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdout=pipes[0][1],
+                stderr=pipes[1][1],
                 env=env,
                 start_new_session=True,
                 pass_fds=pass_fds,
             )
         except OSError as exc:
+            for read_end, _ in pipes:
+                os.close(read_end)
             detail = f"cannot start {self.argv[0]}: {exc.strerror or exc}"
             return AgentOutcome("failed", False, detail, "player")
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = asyncio.gather(
-            self._pump(ctx, proc.stdout, "stdout"), self._pump(ctx, proc.stderr, "stderr")
-        )
+        finally:
+            for _, write_end in pipes:
+                os.close(write_end)
+        (stdout, out_pipe), (stderr, err_pipe) = [await _read_pipe(r) for r, _ in pipes]
+        pumps = asyncio.gather(self._pump(ctx, stdout, "stdout"), self._pump(ctx, stderr, "stderr"))
         wall_end = time.monotonic() + self.wall_s if self.wall_s else math.inf
         scope = asyncio.timeout(min(ctx.deadline, wall_end) - time.monotonic())
         try:
@@ -304,6 +314,8 @@ class CommandAgent(Agent):
                     await pumps
             except TimeoutError:
                 pumps.cancel()
+            out_pipe.close()
+            err_pipe.close()
         if code == 0:
             return AgentOutcome("completed", True, "exited with code 0")
         if code < 0:
@@ -340,6 +352,15 @@ class CommandAgent(Agent):
                 await ctx.report("output", {"stream": name, "text": text})
         if not cut and (rest := decoder.decode(b"", final=True)):
             await ctx.report("output", {"stream": name, "text": rest})
+
+
+async def _read_pipe(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream reading the pipe `fd` (which it then owns), and the transport to close."""
+    reader = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader, transport
 
 
 def _make_view(view: Path, brief: str, token: str) -> Path:

@@ -13,9 +13,11 @@ never uses this handle: its probes and faults are not counted against (nor slowe
 the competitor's cap.
 
 While the referee runs a fault milestone on the territory it holds the handle
-(`held()`): new operations wait until the attempt ends, so a competitor cannot restart
-its unit by hand during a crash, or copy acknowledged records out and write them back
-after a power cut. Operations already running go on.
+(`held()`): operations that have not started wait until the attempt ends, including those
+queued for a token or a slot before the hold was taken (the hold is checked again as the
+last step before each one runs), so a competitor cannot restart its unit by hand during
+a crash, or copy acknowledged records out and write them back after a power cut.
+Operations already running go on (at most `limit` of them).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class ThrottledHost(Host):
     """`host`, with at most `limit` of its podman-bound operations in flight at once and
     at most `rate` started a second (bursts of `burst`). `in_flight` and `peak` say how
     many run now and at most so far, `waited_s` how long the rate limit held operations
-    back (for tests and bench)."""
+    back, `held_back` how many wait now for a hold to lift (for tests and bench)."""
 
     def __init__(
         self,
@@ -89,6 +91,7 @@ class ThrottledHost(Host):
         self._open = asyncio.Event()
         self._open.set()
         self._holds = 0
+        self.held_back = 0
         self.in_flight = 0
         self.peak = 0
 
@@ -109,17 +112,32 @@ class ThrottledHost(Host):
                 self._open.set()
 
     async def _enter(self) -> None:
-        while not self._open.is_set():
-            await self._open.wait()
+        await self._hold_lifted()
         # Each operation costs the machine a podman process (about 0.1-0.2 s of CPU):
         # however many a competitor fires, it gets `rate` a second, in its own queue.
         wait = self._bucket.delay(time.monotonic())
         if wait > 0:
             self.waited_s += wait
             await asyncio.sleep(wait)
-        await self._slots.acquire()
+        while True:
+            await self._slots.acquire()
+            # The last check before the operation runs, with no await after it: an
+            # operation queued for a token or a slot before a hold was taken must not start
+            # inside it (116 of one competitor's execs once ran in a referee's restart job).
+            if self._open.is_set():
+                break
+            self._slots.release()
+            await self._hold_lifted()
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
+
+    async def _hold_lifted(self) -> None:
+        self.held_back += 1
+        try:
+            while not self._open.is_set():
+                await self._open.wait()
+        finally:
+            self.held_back -= 1
 
     def _leave(self) -> None:
         self.in_flight -= 1

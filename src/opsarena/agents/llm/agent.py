@@ -6,9 +6,12 @@ How a run ends (`AgentOutcome`):
 - the key's credits exhausted (HTTP 402): terminated, "player" (the competitor's budget);
 - the API failed (after retries for 408/409/429/5xx, timeouts, errors inside a 200,
   empty choices, non-JSON bodies, `finish_reason` "error"), or refused the request as
-  sent (400, 401, 404): failed, "arena";
+  sent (400, 401, 404): failed, "arena". A refusal of a request carrying the model's
+  newest turn is first met by taking that turn out (its calls' results stay, as text)
+  and asking again: only when the provider still refuses is it the arena's;
 - more than `max_corrections` unusable responses in a row (malformed calls, `length` or
-  `content_filter` cuts, empty turns), more than `max_nudges` replies in a row without a
+  `content_filter` cuts, empty turns), or of the model's turns refused by the provider
+  (taken out as above), more than `max_nudges` replies in a row without a
   tool call, or more than `max_context_recoveries` context-length errors in a row for one
   request (the conversation does not fit the window even after shedding): failed,
   "player";
@@ -183,9 +186,31 @@ def assistant_message(
         return None
     turn: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
-        turn["tool_calls"] = calls
+        turn["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": sent_arguments(call)}}
+            for call in calls
+        ]
     turn.update(reasoning_of(message))
     return turn
+
+
+def arguments_object(arguments: str) -> bool:
+    """Whether a call's arguments text is a JSON object (what chat templates need)."""
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
+def sent_arguments(call: Mapping[str, Any]) -> str:
+    """A past call's arguments as they go back to the provider: unchanged when they are a
+    JSON object, else `{}`. Providers serving open-weights models through vLLM or SGLang
+    parse every past call's arguments to render the chat template and answer 400 to text
+    that is not an object (single quotes, a reply cut mid-string, an array), on every
+    later request: one malformed call ended the run, blamed on the arena. The model is
+    told what was wrong in the call's tool result; the transcript keeps the raw text."""
+    arguments = str(call["function"]["arguments"])
+    return arguments if arguments_object(arguments) else "{}"
 
 
 def normalise_calls(raw: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:
@@ -267,14 +292,52 @@ def replay_messages(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
                 {
                     "id": entry["id"],
                     "type": "function",
-                    "function": {"name": entry["name"], "arguments": entry["arguments"]},
+                    "function": {
+                        "name": entry["name"],
+                        "arguments": entry.get("sent_arguments", entry["arguments"]),
+                    },
                 }
             )
         elif kind == "tool_result":
             messages.append(
                 {"role": "tool", "tool_call_id": entry["id"], "content": entry["content"]}
             )
+        elif kind == "taken_out":
+            take_out_reply(messages, entry["why"])
     return messages
+
+
+def take_out_reply(messages: list[dict[str, Any]], why: str) -> str | None:
+    """Take the last assistant turn out of `messages`, with the tool results answering its
+    calls, and put in its place one user message saying what it was, what its calls ran
+    and returned, and why it went (`why`: the provider's refusal). Returns that message,
+    or None when there is no assistant turn to take out."""
+    at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "assistant"),
+              None)  # fmt: skip
+    if at is None:
+        return None
+    turn = messages[at]
+    calls = {c["id"]: c["function"] for c in turn.get("tool_calls") or []}
+    lines = [
+        "Your previous reply was taken out of the conversation: the provider refused every "
+        f"request that carried it ({why}). Do not repeat it as it was."
+    ]
+    if isinstance(turn.get("content"), str) and turn["content"]:
+        lines.append(f"Its text: {bounded(turn['content'], 2000)}")
+    kept = messages[:at]
+    for message in messages[at + 1 :]:
+        call = calls.get(message.get("tool_call_id", "")) if message["role"] == "tool" else None
+        if call is None:
+            kept.append(message)
+            continue
+        lines.append(
+            f"It called {call['name']} with {bounded(str(call['arguments']), 2000)}, which "
+            f"returned:\n{message['content']}"
+        )
+    note = "\n".join(lines)
+    kept.insert(at, {"role": "user", "content": note})
+    messages[:] = kept
+    return note
 
 
 # --- the agent ------------------------------------------------------------------------
@@ -434,6 +497,10 @@ class _Session:
     unusable: int = 0
     nudged: int = 0
     problem: str = ""
+    unproven: bool = False
+    """The model's last turn has not yet been in a request the provider accepted."""
+    taken_out: int = 0
+    """The model's turns taken out in a row because the provider refused them."""
     lookups: set[asyncio.Task[None]] = field(default_factory=set)
     """Generation lookups still running in the background (see `_count`)."""
 
@@ -574,14 +641,15 @@ class _Session:
         """Run the tool calls of one response in order. Returns the done summary if `done`
         was called. A response counts as unusable only if none of its calls was usable."""
         for call in calls:
-            await self._record(
-                {
-                    "kind": "tool_call",
-                    "id": call["id"],
-                    "name": call["function"]["name"],
-                    "arguments": call["function"]["arguments"],
-                }
-            )
+            entry = {
+                "kind": "tool_call",
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],  # as the model wrote them
+            }
+            if (sent := sent_arguments(call)) != entry["arguments"]:
+                entry["sent_arguments"] = sent
+            await self._record(entry)
         usable, problem = 0, ""
         for call in calls:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
@@ -590,6 +658,8 @@ class _Session:
             except ToolCallError as exc:
                 problem = str(exc)
                 result = f"Error: {exc}. Call the tool again with corrected arguments."
+                if sent_arguments(call) != arguments:  # the conversation shows {} instead
+                    result += f" You sent: {bounded(arguments, 500)}"
             else:
                 usable += 1
                 if name == "done":
@@ -635,6 +705,8 @@ class _Session:
             sent = ctxwin.wire(self.messages)
             result = await self._request(client, sent)
             if isinstance(result, Completion):
+                if self.unproven:
+                    self.unproven, self.taken_out = False, 0
                 await self._count(result.usage, result.generation_id)
                 prompt = int((result.usage or {}).get("prompt_tokens") or 0)
                 if prompt > 0:
@@ -694,6 +766,10 @@ class _Session:
                 await self._record({"kind": "retry", "attempt": attempt, "error": result.why,
                                     "delay_s": 0.0})  # fmt: skip
                 attempt -= 1  # shedding, not a provider failure
+                continue
+            if result.kind == "refused" and self.unproven:
+                await self._take_out(result.why)
+                attempt -= 1  # the model's doing, not a provider failure
                 continue
             if result.kind in ("refused", "auth"):
                 raise _ProviderFailure(f"LLM API refused the request: {result.why}")
@@ -775,6 +851,23 @@ class _Session:
             why = f"error in the stream: {error_text(exc.body) if exc.body else exc.message}"
             return Problem("retry", why, None, None, reply.usage, reply.id)
         return read_completion(reply.body())
+
+    async def _take_out(self, why: str) -> None:
+        """The provider refused a request carrying the model's newest turn, after accepting
+        the conversation without it: take the turn out (its calls' results stay, as text)
+        and ask again. If the provider then accepts, the refusal was the model's doing and
+        counts against it (`max_corrections` in a row end the run as the player's failure);
+        if it refuses again, nothing of the model's is new, and the arena failed."""
+        self.unproven = False
+        self.taken_out += 1
+        if self.taken_out > self.agent.max_corrections:
+            detail = (
+                f"model output unusable: the provider refused {self.taken_out} of its replies "
+                f"in a row (last: {why})"
+            )
+            raise _Ended(AgentOutcome("failed", False, bounded(detail, DETAIL_LIMIT), "player"))
+        if take_out_reply(self.messages, why) is not None:
+            await self._record({"kind": "taken_out", "why": why})
 
     def _reserve(self) -> int:
         if self.max_out is not None:
@@ -910,6 +1003,8 @@ class _Session:
             await self._add({"role": "user", "content": content}, {"kind": "feedback"})
 
     async def _add(self, message: dict[str, Any], entry: dict[str, Any]) -> None:
+        if message["role"] == "assistant":
+            self.unproven = True
         self.messages.append(message)
         await self._record({**entry, "content": message["content"]})
 
