@@ -1,0 +1,169 @@
+"""Red team: bytes that are not UTF-8 in everything a check reads from a host.
+
+A competitor is root in its host: it names files, processes and HTTP answers as it likes.
+Each attack is planted as a competitor would (through `Host.exec` / `write_file`), then
+judged by a real `Referee` on the real host whose every event goes through the
+controller's path (typed by `parse_data`, appended to a real SQLite log):
+
+- a file its service user may write, outside the data directory, named `/opt/plant/\\xff`
+  (the walk lists it as U+DCFF): write-sandbox fails, the name shown as `\\xff`;
+- the service's process named `\\xff\\xfe` (its comm and argv[0]) and holding a second
+  port: only-listener fails naming it; the port-ownership check of service-up, which
+  reads every host process's /proc status, still judges;
+- HTTP answers whose headers and body carry `\\xff`: health and write-read fail cleanly.
+
+Each verdict is `failed` (or referee_error), logged, the log's chain intact: before the
+fix logging the first raised `UnicodeEncodeError` and ended the match as `aborted`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opsarena.challenges import Challenge, builtin_challenge
+from opsarena.challenges.checks import Verdict
+from opsarena.hosts import Host
+from opsarena.match.events import parse_data
+from opsarena.referee import Referee
+from opsarena.store import SqliteEventStore, StoredEvent, chain_problems
+from tests.hardening.conftest import SharedHosts
+from tests.hardening.hostile import REPLAY_PORT, STAGE_PORT, on_port, stage, start_hostile_server
+from tests.security.test_hardened_trust import HEALTH, USER, deploy, sh
+
+pytestmark = pytest.mark.hosts
+
+HARDENED = builtin_challenge("hardened-service")
+RECORDS = builtin_challenge("durable-records")
+SEED = b"hostile-bytes-seed"
+NAMED = (
+    "import ctypes, socket, sys\n" + HEALTH + "ctypes.CDLL(None).prctl(15, b'\\xff\\xfe', 0, 0, 0)"
+    "  # PR_SET_NAME: comm is not UTF-8\n"
+    "extra = socket.socket()\n"
+    "extra.bind(('0.0.0.0', 9999))\n"
+    "extra.listen(1)\n"
+    "serve(bound())\n"
+)
+"""The service, named `\\xff\\xfe`, holding 8080 (healthy) and 9999 (one port too many)."""
+
+
+class Judge:
+    """A real referee judging one host, its events appended to a real SQLite log."""
+
+    def __init__(self, store: SqliteEventStore, match_id: str) -> None:
+        self.store, self.match_id = store, match_id
+
+    async def emit(self, kind: str, data: dict[str, Any]) -> None:
+        event = parse_data(kind, data)  # as the controller logs the referee's events
+        await self.store.append(self.match_id, event.event_type, event.model_dump(mode="json"), 0)
+
+    async def __call__(
+        self, host: Host, challenge: Challenge, milestone: str
+    ) -> tuple[Verdict, StoredEvent]:
+        """One attempt at `milestone` on `host`; its verdict and its logged attempt_result."""
+        only = challenge.model_copy(update={"milestones": [challenge.milestone(milestone)]})
+        referee = Referee(only, seed=SEED, emit=self.emit, clock=lambda: 0)
+        referee.add_territory(host.territory, host)
+        verdict = await referee.evaluate_next(host.territory)
+        assert verdict is not None
+        events = await self.store.read(self.match_id)
+        assert not chain_problems([e.link() for e in events])
+        result = next(e for e in reversed(events) if e.type == "attempt_result")
+        assert result.data["milestone"] == milestone
+        assert result.data["verdict"] == verdict.outcome
+        return verdict, result
+
+
+@pytest.fixture
+def judge(tmp_path: Path) -> Judge:
+    return Judge(SqliteEventStore(tmp_path / "log.db"), "hostile-bytes")
+
+
+@pytest.fixture(scope="module")
+async def named_host(shared_hosts: SharedHosts) -> AsyncIterator[Host]:
+    """A hardened-service host whose service is named `\\xff\\xfe` and may write one file
+    outside the data directory, named `/opt/plant/\\xff`."""
+    host = await shared_hosts("named")
+    await deploy(host, NAMED, f"User={USER}\nNoNewPrivileges=yes\n")
+    await sh(
+        host,
+        "mkdir -m 0755 /opt/plant\n"
+        f"touch /opt/plant/$(printf '\\377') && chown {USER} /opt/plant/*\n"
+        "systemctl is-active --quiet builder-app.service\n"
+        "grep -q $(printf '^Name:\\t\\377\\376$') /proc/$(systemctl show -P MainPID "
+        "builder-app.service)/status\n",
+    )
+    yield host
+
+
+async def test_a_planted_file_named_with_a_non_utf8_byte_fails_write_sandbox_logged(
+    named_host: Host, judge: Judge
+) -> None:
+    verdict, logged = await judge(named_host, HARDENED, "write-sandbox")
+    assert (verdict.outcome, verdict.failure_reason) == ("failed", "writable_outside_data")
+    detail = logged.data["failure_detail"]
+    assert "/opt/plant/\\xff (-rw-r--r--" in detail, detail  # rendered from its bytes
+    assert "\\xff\\xfe:" in detail, detail  # the holder's name, escaped too
+
+
+async def test_a_process_named_with_non_utf8_bytes_is_judged_and_logged(
+    named_host: Host, judge: Judge
+) -> None:
+    others, logged = await judge(named_host, HARDENED, "only-listener")
+    assert (others.outcome, others.failure_reason) == ("failed", "unexpected_listener")
+    assert "port 9999 held by pid" in logged.data["failure_detail"]
+    assert "\\xff\\xfe uid" in logged.data["failure_detail"], logged.data
+    user, _ = await judge(named_host, HARDENED, "service-user")
+    assert user.outcome == "passed", user  # the name changes nothing about the user
+    # The port's ownership is read from every host process's /proc status: the name
+    # made that read raise (a referee_error every attempt), it must judge instead.
+    up, logged = await judge(named_host, RECORDS, "service-up")
+    assert up.outcome == "passed", up
+    assert logged.data["points"] > 0
+
+
+@pytest.fixture(scope="module")
+async def replay_host(shared_hosts: SharedHosts) -> AsyncIterator[Host]:
+    host = await shared_hosts("replay")
+    await start_hostile_server(host, {"stage": STAGE_PORT, "replay": REPLAY_PORT})
+    yield host
+
+
+@pytest.mark.parametrize(
+    ("milestone", "answer", "reason"),
+    [
+        (
+            "service-up",
+            b"HTTP/1.1 200 OK\r\nX-A: \xff\xfe\r\nContent-Length: 7\r\n\r\nready\xff\xfe",
+            "wrong_body",
+        ),
+        (
+            "service-up",
+            b"HTTP/1.1 200 OK\r\nX-\xff\xfe: \xff\r\nContent-Length: 5\r\n\r\nready",
+            "protocol_error",
+        ),
+        (
+            "service-up",
+            b"HTTP/1.1 503 \xff\xfe\r\nContent-Length: 2\r\n\r\n\xff\xfe",
+            "bad_status",
+        ),
+        (
+            "write-read",
+            b"HTTP/1.1 201 \xff\r\nLocation: /\xff\r\nContent-Length: 2\r\n\r\n\xff\xfe",
+            None,
+        ),
+    ],
+)
+async def test_http_answers_with_non_utf8_bytes_fail_cleanly_and_are_logged(
+    replay_host: Host, judge: Judge, milestone: str, answer: bytes, reason: str | None
+) -> None:
+    challenge = on_port(RECORDS, REPLAY_PORT)
+    await stage(replay_host, answer)
+    verdict, logged = await judge(replay_host, challenge, milestone)
+    assert verdict.outcome == "failed", verdict
+    if reason is not None:
+        assert verdict.failure_reason == reason, verdict
+    logged.data["failure_detail"].encode()
