@@ -21,6 +21,7 @@ from opsarena.hosts import Host
 from opsarena.match.events import parse_data
 from opsarena.referee import Referee
 from opsarena.store import MAX_EVENT_BYTES, SqliteEventStore, StoredEvent, chain_problems
+from tests.referee.test_stray_cancel import one_milestone  # registers test-hang too
 
 HOSTILE, HONEST = "hostile", "honest"
 
@@ -36,15 +37,14 @@ async def refused_evidence(host: Host, ctx: CheckContext) -> Verdict:
     return Verdict.passed({"raw": object()})
 
 
-@register_check("test-hangs")
-async def hangs(host: Host, ctx: CheckContext) -> Verdict:
-    await asyncio.sleep(3600)
-    return Verdict.passed({})
-
-
-def with_check(challenge: Challenge, check: str) -> Challenge:
-    first = challenge.milestones[0].model_copy(update={"check": check})
-    return challenge.model_copy(update={"milestones": [first], "cadence_s": 0.05})
+def judging(challenge: Challenge, check: str, log: Log, *territories: str) -> Referee:
+    """A referee of `territories` on `challenge`'s first milestone, judged by `check` at a
+    short cadence, its events in `log`."""
+    quick = one_milestone(challenge, check).model_copy(update={"cadence_s": 0.05})
+    referee = Referee(quick, seed=b"s", emit=log.emit, clock=lambda: 0)
+    for territory in territories:
+        referee.add_territory(territory, object())  # type: ignore[arg-type]
+    return referee
 
 
 class Log:
@@ -77,11 +77,7 @@ async def test_a_result_the_log_refuses_is_that_territorys_referee_error(
     challenge: Challenge, tmp_path: Path
 ) -> None:
     log = Log(tmp_path / "log.db")
-    referee = Referee(
-        with_check(challenge, "test-refused-evidence"), seed=b"s", emit=log.emit, clock=lambda: 0
-    )
-    referee.add_territory(HOSTILE, object())  # type: ignore[arg-type]
-    referee.add_territory(HONEST, object())  # type: ignore[arg-type]
+    referee = judging(challenge, "test-refused-evidence", log, HOSTILE, HONEST)
     for _ in range(2):
         verdict = await referee.evaluate_next(HOSTILE)
         assert verdict is not None and verdict.outcome == "referee_error", verdict
@@ -108,11 +104,7 @@ async def test_a_territory_whose_judging_dies_stops_alone(
     is judged to the end, and the referee's run returns without raising."""
     log = Log(tmp_path / "log.db")
     log.refuse[HOSTILE] = {"attempt_result"}
-    referee = Referee(
-        with_check(challenge, "test-refused-evidence"), seed=b"s", emit=log.emit, clock=lambda: 0
-    )
-    referee.add_territory(HOSTILE, object())  # type: ignore[arg-type]
-    referee.add_territory(HONEST, object())  # type: ignore[arg-type]
+    referee = judging(challenge, "test-refused-evidence", log, HOSTILE, HONEST)
     async with asyncio.timeout(30):
         await referee.run()  # returns: the honest territory durable, the hostile one stopped
 
@@ -130,10 +122,7 @@ async def test_cancelling_the_referee_still_cancels_it(
     challenge: Challenge, tmp_path: Path
 ) -> None:
     log = Log(tmp_path / "log.db")
-    referee = Referee(
-        with_check(challenge, "test-hangs"), seed=b"s", emit=log.emit, clock=lambda: 0
-    )
-    referee.add_territory(HOSTILE, object())  # type: ignore[arg-type]
+    referee = judging(challenge, "test-hang", log, HOSTILE)
     task = asyncio.create_task(referee.run())
     while not [e for e in await log.events() if e.type == "attempt_started"]:
         await asyncio.sleep(0.01)
