@@ -13,23 +13,33 @@ controller's path (typed by `parse_data`, appended to a real SQLite log):
 - HTTP answers whose headers and body carry `\\xff`: health and write-read fail cleanly.
 
 Each verdict is `failed` (or referee_error), logged, the log's chain intact: before the
-fix logging the first raised `UnicodeEncodeError` and ended the match as `aborted`.
+fix logging the first raised `UnicodeEncodeError` and ended the match as `aborted`. A
+whole match shows it end to end: a competitor that plants `/opt/plant/\\xff` fails
+write-sandbox, its neighbour wins, the match finishes as any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from opsarena.agents import Agent, AgentContext, AgentOutcome
+from opsarena.agents.competitors import competitor_from_cli
+from opsarena.agents.registry import register_agent_kind
+from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.challenges.checks import Verdict
-from opsarena.hosts import Host
+from opsarena.hosts import Host, get_driver
+from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import parse_data
+from opsarena.match.fold import fold_events
 from opsarena.referee import Referee
 from opsarena.store import SqliteEventStore, StoredEvent, chain_problems
+from tests.conftest import new_match_id, podman_names
 from tests.hardening.conftest import SharedHosts
 from tests.hardening.hostile import REPLAY_PORT, STAGE_PORT, on_port, stage, start_hostile_server
 from tests.security.test_hardened_trust import HEALTH, USER, deploy, sh
@@ -167,3 +177,54 @@ async def test_http_answers_with_non_utf8_bytes_fail_cleanly_and_are_logged(
     if reason is not None:
         assert verdict.failure_reason == reason, verdict
     logged.data["failure_detail"].encode()
+
+
+class Planter(Agent):
+    """Plants a world-writable file named `/opt/plant/\\xff`, then builds as `reference`."""
+
+    model = "scripted/planter"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        planted = await ctx.host.exec(
+            "install -d -m 0755 /opt/plant && install -m 0666 /dev/null /opt/plant/$'\\xff'",
+            timeout=30,
+        )
+        if not planted.ok:
+            return AgentOutcome("failed", False, "could not plant", "player")
+        return await get_scripted("reference").run(ctx)
+
+
+register_agent_kind("test-planter", lambda spec, settings, env: Planter(), arg=None)
+
+
+async def test_a_match_with_a_planted_non_utf8_name_finishes_as_any_other(tmp_path: Path) -> None:
+    hardened = builtin_challenge("hardened-service")
+    last = [m.id for m in hardened.milestones].index("write-sandbox")
+    plan = MatchPlan(
+        # Up to write-sandbox: the reboot milestone adds a minute and nothing to the attack.
+        challenge=hardened.model_copy(
+            update={"milestones": hardened.milestones[: last + 1], "settle_s": 5.0}
+        ),
+        competitors=[
+            competitor_from_cli("planter", "test-planter"),
+            competitor_from_cli("honest", "scripted:reference"),
+        ],
+        time_limit_s=240.0,
+        match_id=new_match_id("bytes"),
+        drain_s=2.0,
+        finish="all",  # the planter is judged to its end, however fast the honest one is
+    )
+    try:
+        with SqliteEventStore(tmp_path / "log.db") as store:
+            record = await Controller(plan, store).run()
+            events = await store.read(plan.match_id)
+        assert podman_names(plan.match_id) == []  # the match removed its hosts itself
+    finally:
+        await asyncio.shield(get_driver("podman").cleanup(match_id=plan.match_id))
+    assert (record.match_state, record.finish_reason) == ("finished", "all competitors finished")
+    assert record.winner == "honest"
+    sandbox = record.territories["planter"].milestones["write-sandbox"]
+    assert sandbox.failure_reason == "writable_outside_data", sandbox
+    assert "/opt/plant/\\xff (-rw-rw-rw-" in (sandbox.failure_detail or ""), sandbox
+    assert not chain_problems([e.link() for e in events])
+    assert fold_events(events).model_dump_json() == record.model_dump_json()
