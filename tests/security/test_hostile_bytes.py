@@ -10,7 +10,11 @@ controller's path (typed by `parse_data`, appended to a real SQLite log):
 - the service's process named `\\xff\\xfe` (its comm and argv[0]) and holding a second
   port: only-listener fails naming it; the port-ownership check of service-up, which
   reads every host process's /proc status, still judges;
-- HTTP answers whose headers and body carry `\\xff`: health and write-read fail cleanly.
+- HTTP answers whose headers and body carry `\\xff`: health and write-read fail cleanly;
+- a TLS certificate (signed with the CA key the host holds, as a competitor may) whose
+  subject carries the bytes `\\xff\\xfe`: tls-up judges it and logs its subject.
+  (OpenSSL will not even load a certificate whose UTF8String, BMPString or
+  UniversalString name is not valid text, so such a name never reaches a check.)
 
 Each verdict is `failed` (or referee_error), logged, the log's chain intact: before the
 fix logging the first raised `UnicodeEncodeError` and ended the match as `aborted`. A
@@ -21,18 +25,25 @@ write-sandbox, its neighbour wins, the match finishes as any other.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.competitors import competitor_from_cli
 from opsarena.agents.registry import register_agent_kind
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.checks import Verdict
+from opsarena.challenges.checks import Verdict, get_check
 from opsarena.hosts import Host, get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import parse_data
@@ -228,3 +239,92 @@ async def test_a_match_with_a_planted_non_utf8_name_finishes_as_any_other(tmp_pa
     assert "/opt/plant/\\xff (-rw-rw-rw-" in (sandbox.failure_detail or ""), sandbox
     assert not chain_problems([e.link() for e in events])
     assert fold_events(events).model_dump_json() == record.model_dump_json()
+
+
+TLS = builtin_challenge("tls-gateway")
+TLS_SERVER = """import socket, ssl
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/opt/tls/cert.pem", "/opt/tls/key.pem")
+listener = socket.socket(socket.AF_INET6)
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+listener.bind(("::", 443))
+listener.listen(16)
+while True:
+    conn, _ = listener.accept()
+    try:
+        tls = context.wrap_socket(conn, server_side=True)
+        tls.recv(65536)
+        tls.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 5\\r\\n\\r\\nready")
+        tls.close()
+    except OSError:
+        conn.close()
+"""
+
+
+def _der(tag: int, body: bytes) -> bytes:
+    size = len(body)
+    if size < 0x80:
+        return bytes([tag, size]) + body
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(length)]) + length + body
+
+
+def hostile_leaf(seed: bytes, raw: bytes) -> tuple[bytes, bytes]:
+    """A certificate for the brief's name, signed by the match's CA, whose subject's
+    organisation is the bytes `raw` as a T61String (no library writes those: the signed
+    part is patched, then signed again); with its key, both PEM."""
+    tls = sys.modules[get_check("tls-health").__module__]
+    ca_pem, ca_cert = tls.ca_pair(seed)
+    ca_key = serialization.load_pem_private_key(ca_pem, None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    name, key = tls.server_name(seed), ec.generate_private_key(ec.SECP256R1())
+    marker = "Q" * len(raw)
+    subject = [
+        x509.NameAttribute(NameOID.COMMON_NAME, name),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, marker),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(x509.load_pem_x509_certificate(ca_cert).subject)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC))
+        .not_valid_after(datetime.datetime(2090, 1, 1, tzinfo=datetime.UTC))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    utf8 = bytes([0x0C, len(raw)]) + marker.encode()
+    tbs = cert.tbs_certificate_bytes.replace(utf8, bytes([0x14, len(raw)]) + raw)
+    algorithm = _der(0x30, _der(0x06, bytes.fromhex("2a8648ce3d040302")))  # ecdsa-with-SHA256
+    signature = _der(0x03, b"\x00" + ca_key.sign(tbs, ec.ECDSA(hashes.SHA256())))
+    pem = ssl.DER_cert_to_PEM_cert(_der(0x30, tbs + algorithm + signature)).encode()
+    plain = serialization.NoEncryption()
+    encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    return pem, key.private_bytes(encoding, form, plain)
+
+
+async def test_a_tls_name_with_non_utf8_bytes_is_judged_and_logged(
+    shared_hosts: SharedHosts, judge: Judge
+) -> None:
+    host = await shared_hosts("tls")
+    cert, key = hostile_leaf(SEED, b"\xff\xfe")
+    await host.write_file("/opt/tls/cert.pem", cert)
+    await host.write_file("/opt/tls/key.pem", key, mode=0o600)
+    await host.write_file("/opt/tls_server.py", TLS_SERVER.encode())
+    await sh(host, "systemd-run --unit=builder-app /usr/bin/python3 /opt/tls_server.py\n")
+    for _ in range(200):
+        try:
+            _reader, writer = await host.connect(443, timeout=2)
+        except ConnectionRefusedError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        break
+    else:
+        raise AssertionError(await sh(host, "journalctl -u builder-app --no-pager | tail"))
+    verdict, logged = await judge(host, TLS, "tls-up")
+    assert verdict.outcome == "passed", verdict
+    # OpenSSL reads a T61String as Latin-1: the bytes arrive as the text "\xff\xfe".
+    assert "('organizationName', '\xff\xfe')" in logged.data["evidence"]["subject"], logged.data
