@@ -54,6 +54,7 @@ from tests.conftest import new_match_id, podman_names
 from tests.hardening.conftest import SharedHosts
 from tests.hardening.hostile import REPLAY_PORT, STAGE_PORT, on_port, stage, start_hostile_server
 from tests.security.test_hardened_trust import HEALTH, USER, deploy, sh
+from tests.security.test_hosts_trust import wait_listening
 
 pytestmark = pytest.mark.hosts
 
@@ -314,16 +315,7 @@ async def test_a_tls_name_with_non_utf8_bytes_is_judged_and_logged(
     await host.write_file("/opt/tls/key.pem", key, mode=0o600)
     await host.write_file("/opt/tls_server.py", TLS_SERVER.encode())
     await sh(host, "systemd-run --unit=builder-app /usr/bin/python3 /opt/tls_server.py\n")
-    for _ in range(200):
-        try:
-            _reader, writer = await host.connect(443, timeout=2)
-        except ConnectionRefusedError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        break
-    else:
-        raise AssertionError(await sh(host, "journalctl -u builder-app --no-pager | tail"))
+    await wait_listening(host, 443)
     verdict, logged = await judge(host, TLS, "tls-up")
     assert verdict.outcome == "passed", verdict
     # OpenSSL reads a T61String as Latin-1: the bytes arrive as the text "\xff\xfe".
