@@ -121,6 +121,7 @@ async def test_text_the_arena_observed_is_stored_escaped_never_refused(target: s
         "failure_detail": "writable: /opt/plant/\udcff (-rw-rw-rw- 1000:1000)",
         "evidence": {"p\udcff": ["\ud800", {"k\udfff": "nul\x00 é \U0001f600"}]},
         "n": 3,
+        "\x00k": None,
     }
     with open_store(target) as store:
         seq = await store.append("m", "attempt_result", hostile, 0)
@@ -130,6 +131,7 @@ async def test_text_the_arena_observed_is_stored_escaped_never_refused(target: s
             "failure_detail": "writable: /opt/plant/\\xff (-rw-rw-rw- 1000:1000)",
             "evidence": {"p\\xff": ["\\ud800", {"k\\udfff": "nul\x00 é \U0001f600"}]},
             "n": 3,
+            "\x00k": None,
         }
         assert second.data == {"text": "after"}
         assert not chain_problems([e.link() for e in (first, second)])
