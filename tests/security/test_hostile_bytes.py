@@ -7,7 +7,7 @@ controller's path (typed by `parse_data`, appended to a real SQLite log):
 
 - a file its service user may write, outside the data directory, named `/opt/plant/\\xff`
   (the walk lists it as U+DCFF): write-sandbox fails, the name shown as `\\xff`;
-- the service's process named `\\xff\\xfe` (its comm and argv[0]) and holding a second
+- the service's process named `\\xff\\xfe` (its comm, `prctl(PR_SET_NAME)`) and holding a second
   port: only-listener fails naming it; the port-ownership check of service-up, which
   reads every host process's /proc status, still judges;
 - HTTP answers whose headers and body carry `\\xff`: health and write-read fail cleanly;
@@ -19,7 +19,8 @@ controller's path (typed by `parse_data`, appended to a real SQLite log):
 Each verdict is `failed` (or referee_error), logged, the log's chain intact: before the
 fix logging the first raised `UnicodeEncodeError` and ended the match as `aborted`. A
 whole match shows it end to end: a competitor that plants `/opt/plant/\\xff` fails
-write-sandbox, its neighbour wins, the match finishes as any other.
+write-sandbox, one whose result cannot be logged at all gets a referee_error, their
+neighbour wins, the match finishes as any other.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from opsarena.agents.competitors import competitor_from_cli
 from opsarena.agents.registry import register_agent_kind
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.checks import Verdict, get_check
+from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
 from opsarena.hosts import Host, get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import parse_data
@@ -209,16 +210,29 @@ class Planter(Agent):
 register_agent_kind("test-planter", lambda spec, settings, env: Planter(), arg=None)
 
 
+@register_check("test-write-sandbox-unloggable-for-crasher")
+async def unloggable_for_crasher(host: Host, ctx: CheckContext) -> Verdict:
+    """write-sandbox; but the territory `crasher` gets a result no log can hold (a stand-in
+    for any exception while judging an attempt outside its check)."""
+    if ctx.territory == "crasher":
+        return Verdict.passed({"unloggable": object()})
+    return await get_check("write-sandbox")(host, ctx)
+
+
 async def test_a_match_with_a_planted_non_utf8_name_finishes_as_any_other(tmp_path: Path) -> None:
     hardened = builtin_challenge("hardened-service")
     last = [m.id for m in hardened.milestones].index("write-sandbox")
+    sandbox = hardened.milestones[last].model_copy(
+        update={"check": "test-write-sandbox-unloggable-for-crasher"}
+    )
     plan = MatchPlan(
         # Up to write-sandbox: the reboot milestone adds a minute and nothing to the attack.
         challenge=hardened.model_copy(
-            update={"milestones": hardened.milestones[: last + 1], "settle_s": 5.0}
+            update={"milestones": [*hardened.milestones[:last], sandbox], "settle_s": 5.0}
         ),
         competitors=[
             competitor_from_cli("planter", "test-planter"),
+            competitor_from_cli("crasher", "scripted:reference"),
             competitor_from_cli("honest", "scripted:reference"),
         ],
         time_limit_s=240.0,
@@ -235,9 +249,13 @@ async def test_a_match_with_a_planted_non_utf8_name_finishes_as_any_other(tmp_pa
         await asyncio.shield(get_driver("podman").cleanup(match_id=plan.match_id))
     assert (record.match_state, record.finish_reason) == ("finished", "all competitors finished")
     assert record.winner == "honest"
-    sandbox = record.territories["planter"].milestones["write-sandbox"]
-    assert sandbox.failure_reason == "writable_outside_data", sandbox
-    assert "/opt/plant/\\xff (-rw-rw-rw-" in (sandbox.failure_detail or ""), sandbox
+    planted = record.territories["planter"].milestones["write-sandbox"]
+    assert planted.failure_reason == "writable_outside_data", planted
+    assert "/opt/plant/\\xff (-rw-rw-rw-" in (planted.failure_detail or ""), planted
+    crashed = record.territories["crasher"].milestones["write-sandbox"]
+    assert (crashed.passed, crashed.failure_reason) == (False, "internal_error"), crashed
+    assert "judging write-sandbox attempt" in (crashed.failure_detail or ""), crashed
+    assert record.infrastructure_failures >= 1
     assert not chain_problems([e.link() for e in events])
     assert fold_events(events).model_dump_json() == record.model_dump_json()
 
