@@ -375,6 +375,32 @@ def test_a_lost_host_that_comes_back_eliminates_nobody() -> None:
     assert record.winner == "reference"
 
 
+def test_judging_the_referee_could_not_go_on_with_stops_as_its_own_failure() -> None:
+    events = demo_events()
+    at = _seq_of(events, "attempt_started", territory="in-memory", milestone="write-read")
+    stopped = {
+        **events[at - 1],
+        "type": "judging_stopped",
+        "data": {"territory": "in-memory", "reason": "referee_error", "detail": "it died"},
+    }
+    shifted = [*events[: at - 1], stopped]
+    judged = {"attempt_started", "attempt_result", "milestone_passed", "fault_injected"}
+    shifted += [
+        e
+        for e in events[at - 1 :]
+        if not (e["type"] in judged and e["data"]["territory"] == "in-memory")
+    ]
+    record = fold_dicts([{**e, "seq": i} for i, e in enumerate(shifted, 1)])
+    in_memory = record.territories["in-memory"]
+    assert (in_memory.judging_stopped_reason, in_memory.judging_stopped_detail) == (
+        "referee_error",
+        "it died",
+    )
+    assert in_memory.milestone_points == 10  # what it passed before stays
+    assert record.infrastructure_failures == 2  # the demo's one, and this one
+    assert (record.match_state, record.winner) == ("finished", "reference")
+
+
 def test_a_running_match_folds_to_a_live_record() -> None:
     events = demo_events()
     cut = _seq_of(events, "attempt_started", territory="in-memory", milestone="write-read")

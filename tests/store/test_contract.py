@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from opsarena.errors import StoreError
-from opsarena.store import MAX_EVENT_BYTES, StoredEvent, chain_problems, open_store
+from opsarena.store import (
+    MAX_EVENT_BYTES,
+    StoredEvent,
+    chain_problems,
+    content_digest,
+    open_store,
+)
 from tests.pg import new_database, postgres_available, postgres_server
 
 OLD = "2000-01-01T00:00:00.000Z"
@@ -105,6 +111,34 @@ async def test_bad_event_data_is_refused(target: str) -> None:
         with pytest.raises(TypeError):
             await store.append("m", "x", {"bytes": b"raw"}, 0)
         assert await store.exists("m") is False  # nothing half-written
+
+
+async def test_text_the_arena_observed_is_stored_escaped_never_refused(target: str) -> None:
+    # A host's file name with a non-UTF-8 byte reaches the log as U+DCFF (surrogateescape):
+    # the store keeps it escaped, in values and keys at any depth, NUL too, and the chain
+    # and the appender's own digest hold over the escaped text.
+    hostile = {
+        "failure_detail": "writable: /opt/plant/\udcff (-rw-rw-rw- 1000:1000)",
+        "evidence": {"p\udcff": ["\ud800", {"k\udfff": "nul\x00 é \U0001f600"}]},
+        "n": 3,
+        "\x00k": None,
+    }
+    with open_store(target) as store:
+        seq = await store.append("m", "attempt_result", hostile, 0)
+        await store.append("m", "agent_output", {"text": "after"}, 1)
+        first, second = await store.read("m")
+        assert first.data == {
+            "failure_detail": "writable: /opt/plant/\\xff (-rw-rw-rw- 1000:1000)",
+            "evidence": {"p\\xff": ["\\ud800", {"k\\udfff": "nul\x00 é \U0001f600"}]},
+            "n": 3,
+            "\x00k": None,
+        }
+        assert second.data == {"text": "after"}
+        assert not chain_problems([e.link() for e in (first, second)])
+        assert content_digest("attempt_result", 0, hostile) == content_digest(
+            first.type, first.t_ms, first.data
+        )  # the controller's check at the close finds its own event as written
+        assert seq == first.seq == 1
 
 
 async def test_appends_from_many_tasks_of_one_process_are_gap_free(target: str) -> None:

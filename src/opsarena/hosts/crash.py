@@ -38,7 +38,7 @@ def unit_name(unit: str) -> str:
 def host_freezer(init_pid: int, root: Path = CGROUP_ROOT) -> Path | None:
     """The file that freezes the whole host of `init_pid` (v1 `freezer.state` or v2
     `cgroup.freeze` of its cgroup), or None when the machine has neither."""
-    with open(f"/proc/{init_pid}/cgroup") as cgroup_file:
+    with open(f"/proc/{init_pid}/cgroup", errors="surrogateescape") as cgroup_file:
         lines = [line.rstrip("\n").split(":", 2) for line in cgroup_file]
     by_name = {controllers: path for _id, controllers, path in lines}
     freezer: Path | None = None

@@ -86,7 +86,7 @@ def host_processes(init_pid: int) -> list[Proc]:
 def host_pid(pid: int) -> int | None:
     """The pid of machine pid `pid` inside its own (innermost) PID namespace."""
     try:
-        with open(f"/proc/{pid}/status") as status:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as status:
             for line in status:
                 if line.startswith("NSpid:"):
                     return int(line.split()[-1])
@@ -107,7 +107,7 @@ def systemd_cgroup(pid: int) -> str:
     """The path of `pid` in the named `systemd` hierarchy (v1) or the unified one (v2),
     as this machine sees it (e.g. `/libpod_parent/libpod-ID/init.scope`)."""
     unified = ""
-    with open(f"/proc/{pid}/cgroup") as cgroup:
+    with open(f"/proc/{pid}/cgroup", errors="surrogateescape") as cgroup:
         for line in cgroup:
             number, controllers, path = line.rstrip("\n").split(":", 2)
             if controllers == "name=systemd":
@@ -323,7 +323,7 @@ def root_mount_read_only(init_pid: int) -> bool:
     """Whether the host's `/` is read-only as its processes see it: the topmost mount at
     `/` in its mount namespace has `ro` in its mount or superblock options."""
     flags = None
-    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+    with open(f"/proc/{init_pid}/mountinfo", errors="surrogateescape") as mountinfo:
         for line in mountinfo:
             fields = line.split()
             if fields[4] != "/":
@@ -342,7 +342,7 @@ def writable_binds(init_pid: int) -> list[str]:
     machine_dev = os.stat("/").st_dev
     major, minor = os.major(machine_dev), os.minor(machine_dev)
     found = []
-    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+    with open(f"/proc/{init_pid}/mountinfo", errors="surrogateescape") as mountinfo:
         for line in mountinfo:
             fields = line.split()
             if fields[2] != f"{major}:{minor}" or fields[4] == "/":

@@ -407,7 +407,7 @@ def _signal_host_processes(init_pid: int, signum: int) -> list[int]:
 def _root_writers(init_pid: int) -> list[int]:
     """Processes of the host holding a file on its root filesystem open for writing."""
     root_mount = None
-    with open(f"/proc/{init_pid}/mountinfo") as mountinfo:
+    with open(f"/proc/{init_pid}/mountinfo", errors="surrogateescape") as mountinfo:
         for line in mountinfo:
             fields = line.split()
             if fields[4] == "/":
@@ -427,7 +427,7 @@ def _root_writers(init_pid: int) -> list[int]:
 def _fdinfo(pid: int, fd: str) -> dict[str, str]:
     """The fields of /proc/PID/fdinfo/FD (empty when the fd closed meanwhile)."""
     try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+        with open(f"/proc/{pid}/fdinfo/{fd}", errors="surrogateescape") as info:
             return {
                 key.strip(): value.strip()
                 for key, _, value in (line.partition(":") for line in info)

@@ -73,7 +73,7 @@ def hand_over_cgroup(pid: int) -> None:
     if not os.path.exists(f"{HIERARCHY}/cgroup.procs"):
         return  # cgroup v2: podman delegates the host's cgroup itself
     path = ""
-    with open(f"/proc/{pid}/cgroup") as cgroup:
+    with open(f"/proc/{pid}/cgroup", errors="surrogateescape") as cgroup:
         for line in cgroup:
             _number, controllers, where = line.rstrip("\n").split(":", 2)
             if controllers == "name=systemd":

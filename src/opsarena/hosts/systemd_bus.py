@@ -194,6 +194,23 @@ def _read_line(sock: socket.socket) -> bytes:
     return data
 
 
+def buffered_messages(parser: Parser) -> Iterator[Message]:
+    """The complete messages `parser` holds. What the host's bus sends is the host's
+    choice (its init may be anything its root installed): a message the parser cannot
+    read, a string that is not UTF-8 say, raises `BusError`, never a parser's error."""
+    while True:
+        try:
+            message = parser.get_next_message()
+        except Exception as exc:
+            raise BusError(
+                "the host's systemd sent a message the arena cannot read: "
+                f"{type(exc).__name__}: {str(exc)[:200]}"
+            ) from None
+        if message is None:
+            return
+        yield message
+
+
 class SystemdBus:
     """One connection to a host's systemd manager. Use as a context manager."""
 
@@ -293,8 +310,7 @@ class SystemdBus:
             self.parser.add_data(chunk)
 
     def _buffered(self) -> Iterator[Message]:
-        while (message := self.parser.get_next_message()) is not None:
-            yield message
+        return buffered_messages(self.parser)
 
     def get(self, path: str, interface: str, name: str) -> Any:
         """One property (its value, unwrapped from the variant)."""

@@ -682,7 +682,9 @@ class Controller:
         extended = 0
         deadline = time.monotonic() + window
         while True:
-            if self.referee.is_durable(name):  # the record says so (durable_at_ms)
+            if self.referee.is_durable(name) or self.referee.judging_failed(name):
+                # Durable: the record says so (durable_at_ms); the referee failed judging
+                # the territory: it logged judging_stopped, and nothing more is judged.
                 territory.settled = True
                 return
             now_passed = self._passed_count(name)

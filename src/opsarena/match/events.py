@@ -245,13 +245,15 @@ class LedgerUpdated(EventData):
 
 
 class JudgingStopped(EventData):
-    """The referee stopped judging a territory whose agent had ended: its settle window
-    expired (`detail` says after which failure). A durable territory needs no event: the
-    fold stops its judging at its last pass."""
+    """The referee stopped judging a territory: its agent had ended and its settle window
+    expired (`window_expired`; `detail` says after which failure), or the referee itself
+    failed judging it (`referee_error`: the arena's fault, counted with the
+    infrastructure failures; `detail` says what failed). A durable territory needs no
+    event: the fold stops its judging at its last pass."""
 
     event_type: ClassVar[str] = "judging_stopped"
     territory: str
-    reason: Literal["window_expired"]
+    reason: Literal["window_expired", "referee_error"]
     detail: str = ""
 
 

@@ -220,11 +220,10 @@ class RecordFolder:
                 territory.judging_stopped_at_ms = event.t_ms
                 territory.judging_stopped_reason = reason
                 territory.judging_stopped_detail = detail or None
-                if reason == "window_expired" and territory.competitor_state in (
-                    "verifying",
-                    "settled",
-                ):
-                    self._compete(territory, "unchanged")
+                if reason == "referee_error":
+                    rec.infrastructure_failures += 1  # the arena's failure, not the player's
+                if territory.competitor_state in ("verifying", "settled"):
+                    self._compete(territory, "unchanged")  # nothing more is judged
             case MatchFinished():
                 self._finished(event, data)
             case MatchClosed():

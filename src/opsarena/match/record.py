@@ -77,7 +77,8 @@ class TerritoryRecord(_Record):
     """The durability ledger's totals (see docs/REFEREE.md)."""
     judging_stopped_at_ms: int | None = None
     judging_stopped_reason: str | None = None
-    """`durable` or `window_expired` (the settle window after the agent ended)."""
+    """`durable`, `window_expired` (the settle window after the agent ended) or
+    `referee_error` (the referee failed judging the territory: the arena's fault)."""
     judging_stopped_detail: str | None = None
 
 

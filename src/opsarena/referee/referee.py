@@ -42,6 +42,7 @@ from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
 from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
 from opsarena.referee.records import derive_record
+from opsarena.text import escape_unencodable, storable
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,27 @@ class TerritoryState:
     hold: Hold | None = None
     """Entered around every attempt of a milestone that injects a fault: the competitor's
     own handle on the host waits meanwhile (`ThrottledHost.held`)."""
+    judging_failed: str | None = None
+    """Why judging ended by the referee's own failure (`judging_stopped` referee_error)."""
+
+
+@dataclass
+class _Judged:
+    """How far one attempt got: its check's duration, and its verdict once logged."""
+
+    duration_ms: int = 0
+    logged: Verdict | None = None
+
+
+DETAIL_CHARS = 1000
+"""A referee error's detail (the exception that ended an attempt or a territory's
+judging) is cut to this many characters."""
+
+
+def _bounded(detail: str) -> str:
+    """`detail` escaped (`escape_unencodable`) and cut to `DETAIL_CHARS`. Pure."""
+    detail = escape_unencodable(detail)
+    return detail if len(detail) <= DETAIL_CHARS else detail[: DETAIL_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -329,6 +351,17 @@ class Referee:
             self._running = False
 
     async def _territory_loop(self, territory: str) -> None:
+        """Judge `territory` at the cadence. Its loop dying (an error the attempt's own
+        handler could not log, say) ends this territory's judging as a referee error,
+        logged as `judging_stopped`; never the match, never another territory's judging.
+        Cancellation goes through."""
+        try:
+            await self._judge_at_cadence(territory)
+        except Exception as exc:
+            log.exception("judging %s failed: its judging ends", territory)
+            await self._judging_failed(territory, exc)
+
+    async def _judge_at_cadence(self, territory: str) -> None:
         cadence = self.challenge.cadence_s
         while True:
             started = time.monotonic()
@@ -342,6 +375,27 @@ class Referee:
             if milestone is not None:
                 delay = self.milestone_state(territory, milestone.id).next_delay_s or cadence
             await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
+
+    async def _judging_failed(self, territory: str, exc: Exception) -> None:
+        state = self._state(territory)
+        state.stopped = True
+        state.referee_errors += 1
+        self.infrastructure_failures += 1
+        state.judging_failed = _bounded(
+            f"the referee could not go on judging {territory}: {describe_error(exc)}"
+        )
+        try:
+            await self.emit(
+                "judging_stopped",
+                {"territory": territory, "reason": "referee_error", "detail": state.judging_failed},
+            )
+        except Exception:
+            log.exception("logging the end of %s's judging failed", territory)
+
+    def judging_failed(self, territory: str) -> str | None:
+        """Why the referee stopped judging `territory` by its own failure; None if it
+        did not (its judging goes on, or ended by the settle window or durability)."""
+        return self._state(territory).judging_failed
 
     async def verify(self, territory: str) -> bool:
         """One immediate evaluation pass (for tools and tests; a match uses the settle
@@ -364,43 +418,114 @@ class Referee:
             return changed
 
     async def _attempt(self, territory: str, milestone: Milestone) -> Verdict:
+        """One attempt with its events. Judging it, logging its result included, sits in
+        one handler: any exception (a bug, an answer the log refuses) becomes a
+        referee_error for this territory, logged as its `attempt_result`, so one hostile
+        answer can neither end the match nor leave the attempt without a result."""
         state = self._state(territory)
         mstate = state.milestones[milestone.id]
         mstate.attempts += 1
         attempt = mstate.attempts
         ids = {"territory": territory, "milestone": milestone.id, "attempt": attempt}
         await self.emit("attempt_started", dict(ids))
+        judged = _Judged()
+        try:
+            return await self._judge(territory, milestone, ids, judged)
+        except Exception as exc:
+            log.exception("judging %s attempt %d on %s failed", milestone.id, attempt, territory)
+            if judged.logged is not None:
+                return judged.logged  # its result is in the log: only a later step failed
+            verdict = Verdict.referee_error(
+                "internal_error",
+                _bounded(f"judging {milestone.id} attempt {attempt} raised {describe_error(exc)}"),
+            )
+            self._count(territory, milestone, verdict)
+            await self.emit(
+                "attempt_result",
+                {
+                    **ids,
+                    "verdict": verdict.outcome,
+                    "points": 0,
+                    "evidence": None,
+                    "failure_category": verdict.failure_category,
+                    "failure_reason": verdict.failure_reason,
+                    "failure_detail": verdict.failure_detail,
+                    "duration_ms": judged.duration_ms,
+                },
+            )
+            return verdict
+
+    def _count(self, territory: str, milestone: Milestone, verdict: Verdict) -> Verdict:
+        """Account for one attempt's verdict in the territory's state (errors, the run of
+        failures, the back-off); returns the verdict as it is to be logged."""
+        verdict, failures, delay = self._with_backoff(territory, milestone, verdict)
+        self._note(territory, milestone, verdict, failures, delay)
+        return verdict
+
+    def _with_backoff(
+        self, territory: str, milestone: Milestone, verdict: Verdict
+    ) -> tuple[Verdict, int, float | None]:
+        """The verdict as it is logged (a back-off says so), the run of failures it makes
+        and the delay before the next attempt when longer than the cadence. Changes
+        nothing: the state changes once the result is logged (`_note`)."""
+        mstate = self._state(territory).milestones[milestone.id]
+        if verdict.outcome == "passed":
+            return verdict, 0, None
+        failures = mstate.consecutive_failures + 1
+        is_fault = milestone_fault(milestone.check, milestone.fault) is not None
+        delay = retry_delay(self.challenge.cadence_s, failures, fault=is_fault)
+        if delay <= self.challenge.cadence_s:
+            return verdict, failures, None
+        verdict = dataclasses.replace(
+            verdict,
+            failure_detail=f"{verdict.failure_detail}; failed {failures} times in a row: the "
+            f"next attempt starts {delay:g} s after this one started (back-off)",
+        )
+        return verdict, failures, delay
+
+    def _note(
+        self,
+        territory: str,
+        milestone: Milestone,
+        verdict: Verdict,
+        failures: int,
+        delay: float | None,
+    ) -> None:
+        state = self._state(territory)
+        mstate = state.milestones[milestone.id]
+        if verdict.outcome == "referee_error":
+            state.referee_errors += 1
+            self.infrastructure_failures += 1
+        mstate.consecutive_failures, mstate.next_delay_s, mstate.last = failures, delay, verdict
+
+    async def _judge(
+        self, territory: str, milestone: Milestone, ids: dict[str, Any], judged: _Judged
+    ) -> Verdict:
+        state = self._state(territory)
+        mstate = state.milestones[milestone.id]
+        attempt = mstate.attempts
         started = time.monotonic()
         pending = Pending(territory, milestone.id, attempt, state.ledger)
         verdict = await self._run_check(
             territory, milestone, attempt=attempt, faults=True, pending=pending
         )
-        duration_ms = int((time.monotonic() - started) * 1000)
+        judged.duration_ms = duration_ms = int((time.monotonic() - started) * 1000)
+        # What the host showed is logged as text the log can always hold.
+        verdict = dataclasses.replace(
+            verdict,
+            evidence=storable(verdict.evidence),
+            failure_detail=(
+                None if verdict.failure_detail is None
+                else escape_unencodable(verdict.failure_detail)
+            ),
+        )  # fmt: skip
         passed = verdict.outcome == "passed"
         points = milestone.points if passed else 0
-        if verdict.outcome == "referee_error":
-            state.referee_errors += 1
-            self.infrastructure_failures += 1
-        mstate.consecutive_failures = 0 if passed else mstate.consecutive_failures + 1
-        mstate.next_delay_s = None
-        if not passed:
-            is_fault = milestone_fault(milestone.check, milestone.fault) is not None
-            delay = retry_delay(
-                self.challenge.cadence_s, mstate.consecutive_failures, fault=is_fault
-            )
-            if delay > self.challenge.cadence_s:
-                mstate.next_delay_s = delay
-                verdict = dataclasses.replace(
-                    verdict,
-                    failure_detail=f"{verdict.failure_detail}; failed "
-                    f"{mstate.consecutive_failures} times in a row: the next attempt starts "
-                    f"{delay:g} s after this one started (back-off)",
-                )
-        mstate.last = verdict
+        verdict, failures, delay = self._with_backoff(territory, milestone, verdict)
         update = pending.update()
         if not update.empty:
-            state.ledger.apply(update, writes=False)
             await self.emit("ledger_update", update.model_dump(mode="json"))
+            state.ledger.apply(update, writes=False)
         await self.emit(
             "attempt_result",
             {
@@ -414,9 +539,16 @@ class Referee:
                 "duration_ms": duration_ms,
             },
         )
+        judged.logged = verdict
+        self._note(territory, milestone, verdict, failures, delay)
         if passed:
             mstate.passed, mstate.points, mstate.evidence = True, points, verdict.evidence
             mstate.passed_at_ms = self.clock()
+            if self.first_unpassed(territory) is None:
+                state.durable_at_ms = mstate.passed_at_ms
+                self.durable_order.append(territory)
+                state.durable.set()
+                self.any_durable.set()
             await self.emit(
                 "milestone_passed",
                 {
@@ -427,11 +559,6 @@ class Referee:
                     "attempt": attempt,
                 },
             )
-            if self.first_unpassed(territory) is None:
-                state.durable_at_ms = mstate.passed_at_ms
-                self.durable_order.append(territory)
-                state.durable.set()
-                self.any_durable.set()
         return verdict
 
     async def _run_check(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from typing import Any
 
 from opsarena.store.chain import ChainLink
 from opsarena.store.vault import Vault
+from opsarena.text import storable_json
 
 DEFAULT_POLL_S = 0.1
 """How often `follow` asks the store for new events when it has caught up."""
@@ -57,12 +57,15 @@ def utc_now_iso() -> str:
 
 
 def encode_event_data(event_type: str, data: Mapping[str, Any]) -> str:
-    """`data` as the compact JSON text every store keeps. Raises `ValueError` when it is not
-    a JSON object or is larger than `MAX_EVENT_BYTES`, `TypeError` when it is not
-    JSON-serialisable."""
+    """`data` as the compact JSON text every store keeps. Any text the arena observed is
+    accepted: a string (or dict key, at any depth) UTF-8 cannot encode, such as a host's
+    file name holding a non-UTF-8 byte, is stored escaped (`opsarena.text.storable`), the
+    same way every time, so the chain hashes what the store keeps. Raises `ValueError`
+    when `data` is not a JSON object or is larger than `MAX_EVENT_BYTES`, `TypeError` when
+    it is not JSON-serialisable; never for a string's content."""
     if not isinstance(data, Mapping):
         raise ValueError(f"event data must be a JSON object, not {type(data).__name__}")
-    payload = json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+    payload = storable_json(dict(data))
     size = len(payload.encode())
     if size > MAX_EVENT_BYTES:
         raise ValueError(

@@ -24,12 +24,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opsarena.text import storable, storable_json
+
 GENESIS = "0" * 64
 """The `prev_hash` of a match's first event."""
 
 
 def canonical_json(value: Any) -> bytes:
-    """`value` as canonical JSON bytes (sorted keys, no whitespace, UTF-8)."""
+    """`value` as canonical JSON bytes (sorted keys, no whitespace, UTF-8). A string UTF-8
+    cannot encode is escaped first, as the stores keep it (`opsarena.text.storable`)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        value = storable(value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -57,9 +65,10 @@ def event_hash(
 
 def content_digest(event_type: str, t_ms: int, data: Mapping[str, Any]) -> str:
     """SHA-256 of what an appender wrote (type, t_ms, data), as the store will read it
-    back (`data` through one JSON round trip): independent of seq and chain, so a writer
-    can later check its own events even if someone redid every hash after an edit."""
-    stored = json.loads(json.dumps(dict(data), ensure_ascii=False))
+    back (`data` through one JSON round trip, escaped as `encode_event_data` escapes it):
+    independent of seq and chain, so a writer can later check its own events even if
+    someone redid every hash after an edit."""
+    stored = json.loads(storable_json(dict(data)))
     return hashlib.sha256(canonical_json([event_type, t_ms, stored])).hexdigest()
 
 

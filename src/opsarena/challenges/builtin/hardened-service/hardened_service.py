@@ -36,6 +36,7 @@ from opsarena.errors import HostError, HostFactsTooLargeError
 from opsarena.hosts import Host
 from opsarena.hosts.kernel import SCAN_LIMIT
 from opsarena.referee.failures import Observation
+from opsarena.text import host_name, host_text
 
 PLANTED_UNIT = "legacy-admin.service"
 DATA_DIR = "/var/lib/builder-app"
@@ -514,7 +515,7 @@ def _walk_writable(
             try:
                 acl = _access_acl(here.fd, name, to_host)
             except ValueError as exc:  # an ACL the kernel would not have stored
-                found.append(f"{path} (its ACL cannot be read: {exc})")
+                found.append(f"{host_name(path)} (its ACL cannot be read: {exc})")
                 continue
             if acl is None:
                 writable = writable_by_any(st.st_mode, owner, group, uids, gids)
@@ -524,17 +525,21 @@ def _walk_writable(
                 searchable = any(acl_permitted(acl, owner, group, u, gids, 0o1) for u in uids)
             if writable:
                 shown = "+" if acl is not None else ""  # as ls -l marks an ACL
-                found.append(f"{path} ({stat.filemode(st.st_mode)}{shown} {owner}:{group})")
+                found.append(
+                    f"{host_name(path)} ({stat.filemode(st.st_mode)}{shown} {owner}:{group})"
+                )
             if kind != stat.S_IFDIR or not searchable:
                 continue
             if len(stack) > MAX_DEPTH:
-                found.append(f"{path} (deeper than {MAX_DEPTH} directories: not examined)")
+                found.append(
+                    f"{host_name(path)} (deeper than {MAX_DEPTH} directories: not examined)"
+                )
                 continue
             child = _open_listed(here.fd, name, st)
             if child == _GONE:
                 continue
             if child == _SWAPPED:
-                found.append(f"{path} (changed while the referee read it)")
+                found.append(f"{host_name(path)} (changed while the referee read it)")
                 continue
             try:
                 names = os.listdir(child)
@@ -569,8 +574,17 @@ def _open_listed(parent: int, name: str, listed: os.stat_result) -> int:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as file:
-        return file.read()
+    """A /proc file of the host as text: a byte that is not UTF-8 (a process named by
+    its competitor) shows as `\\xff`, never raises, never reaches the log unescaped."""
+    with open(path, "rb") as file:
+        return host_text(file.read())
+
+
+def _read_names(path: str) -> str:
+    """A /proc file naming the host's files (mountinfo), decoded as `os.listdir` decodes
+    names (`surrogateescape`), so its paths compare equal to the walk's."""
+    with open(path, "rb") as file:
+        return os.fsdecode(file.read())
 
 
 def _listeners_of(init_pid: int) -> list[Listener]:
@@ -718,7 +732,7 @@ def _sandbox_facts(init_pid: int, creds: Credentials) -> list[str]:
         return [f"it holds {', '.join(held)}: it may write anything"]
     if 0 in creds.uids:
         return [f"it can act as root ({creds.describe()}): it may write anything"]
-    mountinfo = _read(f"/proc/{init_pid}/mountinfo")
+    mountinfo = _read_names(f"/proc/{init_pid}/mountinfo")
     skip, skip_paths = memory_mount_ids(mountinfo), frozenset(memory_mounts(mountinfo))
     to_host = id_mapper(_read(f"/proc/{init_pid}/uid_map"), _read(f"/proc/{init_pid}/gid_map"))
     # Ids compared as the host sees them, on both sides (its credentials and its files).
