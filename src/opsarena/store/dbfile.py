@@ -171,10 +171,13 @@ def _open_checked(path: Path, suffix: str = "") -> int:
     return fd
 
 
-def _restrict(fd: int, mode: int) -> None:
-    """Set the mode of the file `_open_checked` opened at `fd` (`fchmod` cannot take an
-    `O_PATH` descriptor; its `/proc/self/fd` name is the very inode, never a symlink)."""
-    os.chmod(f"/proc/self/fd/{fd}", mode)
+def _restrict(fd: int, path: Path) -> None:
+    """Make the file `_open_checked` opened at `fd` 0600 (`fchmod` cannot take an `O_PATH`
+    descriptor; its `/proc/self/fd` name is the very inode, never a symlink)."""
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot make {path} readable by its owner only: {exc}") from None
 
 
 def open_db_file(path: Path) -> tuple[int, bool]:
@@ -202,7 +205,7 @@ def tighten(fd: int, path: Path) -> None:
     Only for a file the store has found to be an opsarena event log. Raises `StoreError`
     for a companion that is not a regular file of ours with one name."""
     if os.fstat(fd).st_mode & 0o077:
-        _restrict(fd, 0o600)
+        _restrict(fd, path)
     for suffix in COMPANIONS:
         companion = Path(f"{path}{suffix}")
         if not os.path.lexists(companion):
@@ -210,7 +213,7 @@ def tighten(fd: int, path: Path) -> None:
         companion_fd = _open_checked(companion, suffix)
         try:
             if os.fstat(companion_fd).st_mode & 0o077:
-                _restrict(companion_fd, 0o600)
+                _restrict(companion_fd, companion)
         finally:
             os.close(companion_fd)
 
