@@ -197,6 +197,8 @@ def test_run_show_and_serve_read_postgres(url: str) -> None:
     shown = opsarena("events", "pgm", "--db", url)
     assert shown.returncode == 0, shown.stderr
     assert "x" in shown.stdout
+    verified = opsarena("verify", "pgm", "--db", url)  # read-only, as from a file
+    assert verified.returncode in (0, 1) and "pgm" in verified.stdout, verified.stderr
     server = ScoreboardServer(url, port=0)
     base = server.start()
     try:

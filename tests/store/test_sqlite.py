@@ -227,6 +227,11 @@ def test_default_path_and_its_override(tmp_path: Path, monkeypatch: pytest.Monke
     assert default_db_path() == platformdirs.user_data_path("opsarena") / "opsarena.db"
     monkeypatch.setenv("OPSARENA_DB", str(tmp_path / "sub" / "x.db"))
     assert default_db_path() == tmp_path / "sub" / "x.db"
+    # A directory the user named is theirs to make: only the default one is created.
+    with pytest.raises(StoreError, match=r"its directory .*sub does not exist"):
+        SqliteEventStore()
+    assert not (tmp_path / "sub").exists()
+    (tmp_path / "sub").mkdir()
     with SqliteEventStore() as store:
         assert store.path == tmp_path / "sub" / "x.db"
     assert (tmp_path / "sub" / "x.db").exists()

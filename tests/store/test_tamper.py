@@ -18,6 +18,7 @@ import pytest
 
 from opsarena.errors import EventLogError, LogTamperedError, StoreError
 from opsarena.store import GENESIS, SqliteEventStore, chain_problems, event_hash
+from opsarena.store.targets import platform_db_path
 
 
 def forge(db: Path, match_id: str, first_seq: int, count: int, *, kind: str = "x") -> None:
@@ -87,8 +88,13 @@ def test_a_modified_payload_breaks_the_chain_at_that_seq(tmp_path: Path) -> None
         assert store.append_blocking("m", "agent_output", {}, 9) == 9
 
 
-def test_a_new_log_is_readable_by_its_owner_only(tmp_path: Path) -> None:
-    db = tmp_path / "fresh" / "dir" / "log.db"
+def test_a_new_log_is_readable_by_its_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPSARENA_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "fresh" / "data"))
+    db = platform_db_path()  # the default log: its directory is created, 0700
+    assert db == tmp_path / "fresh" / "data" / "opsarena" / "opsarena.db"
     with filled(db) as store:
         assert stat.S_IMODE(db.stat().st_mode) == 0o600
         assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700

@@ -4,6 +4,7 @@ and the shared report opened from disk with every network request refused."""
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,7 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
             assert after["counts"] == {"pending": 0, "playing": 0, "counted": 3, "void": 0}
             assert after["order_check"]["agree"] is True
             assert after["running"] == []
+            assert not re.search(r"\b(null|undefined|NaN)\b", page.locator("body").inner_text())
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "tournament-page.png"), full_page=True)
 

@@ -7,6 +7,7 @@ free loopback port, from a background thread, exactly as `opsarena run --serve` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,9 +15,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from opsarena.store import SqliteEventStore
 from opsarena.web import ScoreboardServer
 
 
@@ -50,6 +53,23 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
     record = json.loads(opsarena("show", match_id, "--json", db=db).stdout)
     assert record["match_state"] == "finished"
     return Played(db, match_id)
+
+
+@contextlib.contextmanager
+def serving(db: Path, events: list[dict[str, Any]]) -> Iterator[str]:
+    """A scoreboard (its base URL) serving `db` filled with `events` (envelopes as
+    `tests.match.test_fold.simulate` makes them)."""
+    with SqliteEventStore(db) as store:
+        for event in events:
+            store.append_blocking(
+                event["match_id"], event["type"], event["data"], event["t_ms"], wall=event["wall"]
+            )
+    server = ScoreboardServer(db, port=0)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -175,6 +175,8 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
             )
             expect(page.locator('li[data-type="fault_injected"]')).not_to_have_count(0)
             assert page.evaluate("window.notReloaded") is True
+            # No absent field printed as such (the summary once said "nullnull").
+            assert not re.search(r"\b(null|undefined|NaN)\b", page.locator("body").inner_text())
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "match-page.png"), full_page=True)
             browser.close()

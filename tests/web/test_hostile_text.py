@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from opsarena.match.commitment import seed_commitment
-from opsarena.store import SqliteEventStore
-from opsarena.web import ScoreboardServer
 from tests.match.test_fold import Plan, simulate
+from tests.web.conftest import serving
 from tests.web.test_browser import _chromium
 
 SCRIPT = "<script>window.__pwned = 'script'</script>"
@@ -59,18 +58,8 @@ def hostile_log() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
-    db = tmp_path / "hostile.db"
-    with SqliteEventStore(db) as store:
-        for event in hostile_log():
-            store.append_blocking(
-                event["match_id"], event["type"], event["data"], event["t_ms"], wall=event["wall"]
-            )
-    server = ScoreboardServer(db, port=0)
-    url = server.start()
-    try:
+    with serving(tmp_path / "hostile.db", hostile_log()) as url:
         yield url
-    finally:
-        server.stop()
 
 
 def test_the_api_serves_competitor_text_as_json_and_the_commitment_not_the_seed(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -34,7 +35,7 @@ def copy(
     (sequence numbers, times and data unchanged). A match already in the target with the
     same events is skipped; one that differs stops the copy before anything of it is
     written."""
-    if not source.is_file():
+    if not os.path.lexists(source):  # anything else there, the store checks (and names)
         raise UsageError(f"no SQLite event log at {source}")
     if not is_postgres_url(target):
         raise UsageError(f"TARGET {target!r} must be a PostgreSQL URL (postgresql://...)")

@@ -16,7 +16,7 @@ from opsarena.cli.output import console
 from opsarena.cli.records import DbOption
 from opsarena.errors import MatchNotFoundError
 from opsarena.match.verify import verify_log
-from opsarena.store import SqliteEventStore, default_db_path
+from opsarena.store import open_store
 
 
 def verify(
@@ -24,7 +24,7 @@ def verify(
     db: DbOption = None,
 ) -> None:
     """Check a match's event log: the hash chain, rows set aside, the seed commitment."""
-    with SqliteEventStore(db or default_db_path(), read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         audit = asyncio.run(store.audit(match_id))
     if not audit.events and not audit.quarantined and audit.last_seq == 0:
         raise MatchNotFoundError(

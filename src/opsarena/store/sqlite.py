@@ -20,10 +20,14 @@ in any number of processes serialise on SQLite's write lock and never gap or dup
 rows up to `last_seq`: a row written into the file behind the store's back is never handed
 to the fold or to a follower.
 
-A new file is created with mode 0600 (SQLite gives its `-wal` and `-shm` files the same
-mode), a directory the store creates gets 0700, and opening a log for writing tightens an
-existing file (and its `-wal`/`-shm`) of ours that others could read. Version 1 logs are
-upgraded by the first writer that opens them: the hashes of their rows are computed then.
+The path is checked before anything is created or changed (`store.dbfile`): a symlink, a
+directory, a device, a FIFO, a socket, another user's file, a planted `-wal`/`-shm`, a
+missing or read-only directory is refused in one line. A new file is created 0600 with
+`O_NOFOLLOW` (SQLite gives its `-wal` and `-shm` files the same mode and opens them with
+`O_NOFOLLOW` too), only the default directory is created (0700), and opening an opsarena
+log for writing tightens it (and its `-wal`/`-shm`) through descriptors when others could
+read it. Version 1 logs are upgraded by the first writer that opens them: the hashes of
+their rows are computed then.
 """
 
 from __future__ import annotations
@@ -51,7 +55,13 @@ from opsarena.store.base import (
     utc_now_iso,
 )
 from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
-from opsarena.store.targets import default_db_path, describe_target, is_postgres_url, resolve_target
+from opsarena.store.dbfile import check_db_path, ensure_private_directory, open_db_file, tighten
+from opsarena.store.targets import (
+    describe_target,
+    is_postgres_url,
+    platform_db_path,
+    resolve_target,
+)
 from opsarena.store.vault import SeedVault
 
 SCHEMA_VERSION = 2
@@ -111,7 +121,8 @@ class SqliteEventStore(EventStore):
 
     Opening raises `StoreError` (one line) when the file is not an SQLite database, is an
     SQLite database that is not an opsarena event log, was written by a newer opsarena, or
-    cannot be created. The parent directory is created when missing.
+    cannot be created, and, before anything is changed, when the path is not one the store
+    may open (`store.dbfile.check_db_path`). Only the default directory is created.
     """
 
     def __init__(self, path: Path | str | None = None, *, read_only: bool = False) -> None:
@@ -128,10 +139,7 @@ class SqliteEventStore(EventStore):
         self._conn = self._open_read_only() if read_only else self._open()
 
     def _open_read_only(self) -> sqlite3.Connection:
-        if not self.path.is_file():
-            raise NoEventLogError(
-                f"no event log at {self.path}: run a match first (opsarena demo) or pass --db"
-            )
+        check_db_path(self.path, write=False)
         uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
         try:
             conn = sqlite3.connect(
@@ -160,39 +168,40 @@ class SqliteEventStore(EventStore):
             raise
         return conn
 
-    def _restrict_files(self) -> None:
-        """Create the directory (0700) and the file (0600) when missing; tighten a file of
-        ours that others could read or write. Raises `OSError`."""
-        parent = self.path.parent
-        if not parent.exists():
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        elif parent == default_db_path().parent:
-            # The default directory is ours alone; a --db directory is the user's to set.
-            info = parent.stat()
-            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                os.chmod(parent, 0o700)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
-            with contextlib.suppress(FileNotFoundError):
-                info = name.stat()
-                if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                    os.chmod(name, 0o600)
-
     def _open(self) -> sqlite3.Connection:
+        if self.path == platform_db_path():
+            ensure_private_directory(self.path.parent)  # the default directory is ours alone
+        check_db_path(self.path, write=True)  # nothing is created or changed before this
+        fd, created = open_db_file(self.path)
         try:
-            self._restrict_files()
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the event log {self.path}: {exc}") from None
-        try:
-            self._check_or_create(conn)
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the event log {self.path}: {exc}") from None
+            try:
+                self._check_or_create(conn)
+                tighten(fd, self.path)  # an opsarena log now: its mode is the store's
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
-            conn.close()
+            if created:
+                self._remove_created(fd)
             raise
+        finally:
+            os.close(fd)
         return conn
+
+    def _remove_created(self, fd: int) -> None:
+        """Remove the file `open_db_file` created (at `fd`) when the open failed after
+        all: nothing half-made stays behind, and nothing else is removed in its place."""
+        with contextlib.suppress(OSError):
+            ours, there = os.fstat(fd), os.lstat(self.path)
+            if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+                os.unlink(self.path)
 
     def _check_or_create(self, conn: sqlite3.Connection) -> None:
         try:

@@ -20,13 +20,18 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and _URL_RE.match(target) is not None
 
 
+def platform_db_path() -> Path:
+    """`opsarena.db` in the user's data directory: the only event log whose directory the
+    store creates (and keeps 0700)."""
+    return platformdirs.user_data_path("opsarena") / "opsarena.db"
+
+
 def default_db_path() -> Path:
-    """The default SQLite file: `$OPSARENA_DB` when that is a path, else `opsarena.db` in
-    the user's data directory."""
+    """The default SQLite file: `$OPSARENA_DB` when that is a path, else `platform_db_path`."""
     override = os.environ.get(DB_ENV)
     if override and not is_postgres_url(override):
         return Path(override).expanduser()
-    return platformdirs.user_data_path("opsarena") / "opsarena.db"
+    return platform_db_path()
 
 
 def default_target() -> str:

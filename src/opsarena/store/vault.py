@@ -70,15 +70,27 @@ class SeedVault(Vault):
         except OSError as exc:
             raise StoreError(f"cannot use the seed vault {self.directory}: {exc}") from None
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise StoreError(
-                f"the seed vault {self.directory} is not a directory of this user "
-                "(a symlink, or someone else's): remove it, or choose another --db"
-            )
-        if info.st_mode & 0o077:
+            raise self._not_ours()
+        if (
+            info.st_mode & 0o077
+        ):  # tightened through a descriptor: a swapped-in link is not followed
             try:
-                os.chmod(self.directory, 0o700)
+                fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except OSError as exc:
                 raise StoreError(f"cannot use the seed vault {self.directory}: {exc}") from None
+            try:
+                info = os.fstat(fd)
+                if info.st_uid != os.geteuid():
+                    raise self._not_ours()
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+
+    def _not_ours(self) -> StoreError:
+        return StoreError(
+            f"the seed vault {self.directory} is not a directory of this user "
+            "(a symlink, or someone else's): remove it, or choose another --db"
+        )
 
     def put(self, match_id: str, secrets: dict[str, str]) -> None:
         """Store `secrets` (hex strings) for `match_id`, durably, replacing older ones."""

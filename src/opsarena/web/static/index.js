@@ -3,7 +3,7 @@
 
 function renderRows(rows) {
   const body = document.getElementById("rows");
-  body.replaceChildren(...rows.map((row) => el("tr", { "data-match": row.match_id },
+  fill(body, ...rows.map((row) => el("tr", { "data-match": row.match_id },
     el("td", {}, el("a", { href: "/matches/" + encodeURIComponent(row.match_id) }, row.match_id)),
     el("td", { title: row.challenge_title || "" }, row.challenge || "?"),
     el("td", {}, row.error

@@ -42,12 +42,12 @@ function failureBlock(name, territory) {
   let reason, where, detail;
   if (seen) {
     reason = seen.data.failure_reason || seen.data.failure_category || seen.data.verdict;
-    where = `${seen.data.milestone}, attempt ${seen.data.attempt}, at ${duration(seen.t_ms)}`;
+    where = say`${seen.data.milestone}, attempt ${seen.data.attempt}, at ${duration(seen.t_ms)}`;
     detail = seen.data.failure_detail;
   } else {
     const failing = Object.entries(territory.milestones).find(([, m]) => m.failure_detail);
     if (!failing && !territory.failure_reason) return null;
-    reason = territory.failure_reason || (failing && failing[1].failure_category);
+    reason = territory.failure_reason || (failing && failing[1].failure_category) || "failed";
     where = failing ? failing[0] : "";
     detail = failing ? failing[1].failure_detail : null;
   }
@@ -70,9 +70,9 @@ function failureBlock(name, territory) {
 }
 
 function ledgerLine(l) {
-  return `${l.acknowledged} acknowledged, ${l.verified} verified, ${l.lost} lost, ` +
-    `${l.corrupted} corrupted, ${l.stale} stale, ${l.unexpected} unexpected, ` +
-    (l.forgiven ? `${l.forgiven} forgiven, ` : "") + `${l.indeterminate} indeterminate`;
+  return say`${l.acknowledged} acknowledged, ${l.verified} verified, ${l.lost} lost, ` +
+    say`${l.corrupted} corrupted, ${l.stale} stale, ${l.unexpected} unexpected, ` +
+    (l.forgiven ? say`${l.forgiven} forgiven, ` : "") + say`${l.indeterminate} indeterminate`;
 }
 
 function card(name, territory, record) {
@@ -83,19 +83,19 @@ function card(name, territory, record) {
   const chips = Object.entries(territory.milestones).map(([id, m]) => el("span", {
     class: "chip", "data-milestone": id, "data-state": chipState(m),
     // Any challenge's milestones: the record names them and, when it has them, their titles.
-    title: `${id}${(record.milestone_titles || {})[id] ? " (" + record.milestone_titles[id] + ")" : ""}: ${chipState(m)}, ${m.attempts} attempts, ${m.points}/${m.points_available} points`,
+    title: say`${id}${(record.milestone_titles || {})[id] ? " (" + record.milestone_titles[id] + ")" : ""}: ${chipState(m)}, ${m.attempts} attempts, ${m.points}/${m.points_available} points`,
   }, id));
   let durable = "not yet";
   if (territory.durable_at_ms !== null) durable = "durable at " + duration(territory.durable_at_ms);
   else if (record.match_state === "finished") durable = "never";
   const rows = [
-    ["agent", `${territory.agent} (${agent.kind || "?"})`],
+    ["agent", say`${territory.agent} (${agent.kind || "?"})`],
     ["model", agent.model || "-"],
     ["agent state", agentState(agent) + (agent.terminal_detail ? ": " + agent.terminal_detail : "")],
-    ["tokens", `${agent.input_tokens || 0} in / ${agent.output_tokens || 0} out` +
-      (agent.cached_tokens ? ` (${agent.cached_tokens} cached)` : "")],
+    ["tokens", say`${agent.input_tokens || 0} in / ${agent.output_tokens || 0} out` +
+      (agent.cached_tokens ? say` (${agent.cached_tokens} cached)` : "")],
     ["cost", agent.cost_microusd === undefined ? "-" : money(agent)],
-    ["host", territory.state + (territory.host ? ` (${territory.host})` : "")],
+    ["host", territory.state + (territory.host ? say` (${territory.host})` : "")],
     ["standing", territory.competitor_state],
     ["durable", durable],
   ];
@@ -104,19 +104,19 @@ function card(name, territory, record) {
     rows.push(["ledger", ledgerLine(ledger)]);
   }
   if (territory.judging_stopped_reason) {
-    rows.push(["judging stopped", `${duration(territory.judging_stopped_at_ms)}: ` +
+    rows.push(["judging stopped", say`${duration(territory.judging_stopped_at_ms)}: ` +
       (territory.judging_stopped_detail || territory.judging_stopped_reason)]);
   }
   if (territory.disk_frozen_at_ms !== null && territory.disk_frozen_at_ms !== undefined) {
-    rows.push(["disk frozen", `${duration(territory.disk_frozen_at_ms)}: ` +
+    rows.push(["disk frozen", say`${duration(territory.disk_frozen_at_ms)}: ` +
       (territory.disk_frozen_detail || "over its disk quota")]);
   }
   if (territory.elimination_detail) {
-    rows.push(["eliminated", `${territory.elimination_source}: ${territory.elimination_detail}`]);
+    rows.push(["eliminated", say`${territory.elimination_source}: ${territory.elimination_detail}`]);
   }
   return el("article", { class: "card" + (won ? " won" : ""), "data-territory": name },
     el("h3", {}, el("span", {}, (won ? "★ " : "") + name),
-      el("span", { class: "points", title: `of ${available}` }, territory.milestone_points)),
+      el("span", { class: "points", title: say`of ${available}` }, territory.milestone_points)),
     el("div", { class: "chips" }, chips),
     el("dl", {}, rows.map(([key, value]) => [el("dt", {}, key), el("dd", {}, value)])),
     failureBlock(name, territory));
@@ -124,40 +124,40 @@ function card(name, territory, record) {
 
 function renderRecord(record) {
   state.record = record;
-  document.title = `opsarena — ${record.match_id}`;
+  document.title = say`opsarena — ${record.match_id}`;
   document.getElementById("challenge").textContent =
-    `${record.challenge} — ${record.challenge_title}`;
+    say`${record.challenge} — ${record.challenge_title}`;
   const summary = document.getElementById("summary");
-  summary.replaceChildren(
+  fill(summary,
     el("span", { class: "big" }, el("span", { class: "state " + record.match_state, id: "match-state" },
       record.match_state)),
     el("span", {}, "elapsed ", el("b", {}, duration(record.elapsed_ms)),
-      ` of ${duration(record.time_limit_s * 1000)}`),
+      say` of ${duration(record.time_limit_s * 1000)}`),
     el("span", { id: "winner" }, "winner: ", record.winner
       ? el("span", { class: "winner" }, "★ " + record.winner)
       : (record.finish_reason ? "none" : "not yet")),
     el("span", { id: "finish-reason" }, "finish: ", el("b", {}, record.finish_reason || "not yet")),
-    el("span", { class: "dim" }, `${record.last_sequence} events, ` +
-      `${record.infrastructure_failures} infrastructure failures, `,
+    el("span", { class: "dim" }, say`${record.last_sequence} events, ` +
+      say`${record.infrastructure_failures} infrastructure failures, `,
       // The seed stays secret while the match runs: only its commitment is public then.
       record.seed
-        ? el("span", { id: "seed" }, `seed ${record.seed}`)
+        ? el("span", { id: "seed" }, say`seed ${record.seed}`)
         : el("span", { id: "seed", title: "SHA-256 commitment; the seed is revealed at the close" },
-          `seed commitment ${record.seed_commitment || "-"}`)),
+          say`seed commitment ${record.seed_commitment || "-"}`)),
     (record.log_quarantined || []).length
       ? el("span", { class: "fail", id: "tampered" },
-        `forged log rows set aside: ${record.log_quarantined.join("; ")}`)
+        say`forged log rows set aside: ${record.log_quarantined.join("; ")}`)
       : null,
     (record.log_altered || []).length
       ? el("span", { class: "fail", id: "altered" },
-        `events altered behind the arena's back: seq ${record.log_altered.join(", ")}`)
+        say`events altered behind the arena's back: seq ${record.log_altered.join(", ")}`)
       : null,
   );
-  document.getElementById("cards").replaceChildren(
+  fill(document.getElementById("cards"),
     ...Object.entries(record.territories).map(([name, t]) => card(name, t, record)));
   for (const [name, agent] of Object.entries(record.agents)) {
     const title = transcriptOf(name).parentNode.querySelector("h3");
-    title.textContent = `${name} — ${agent.model} (${agent.territory})`;
+    title.textContent = say`${name} — ${agent.model} (${agent.territory})`;
   }
 }
 
@@ -166,26 +166,26 @@ function renderRecord(record) {
 function describe(event) {
   const d = event.data;
   switch (event.type) {
-    case "match_created": return ["match", `match created: ${d.challenge}, ${Object.keys(d.territories).length} territories`];
-    case "host_provisioning": return ["", `${d.territory}: provisioning a host`];
-    case "host_provisioned": return ["", `${d.territory}: host ${d.host} ready in ${d.provision_ms} ms`];
-    case "host_failed": return ["fail", `${d.territory}: host failed: ${d.error}`];
-    case "preflight": return [d.ok ? "" : "fail", `${d.territory}: preflight ${d.ok ? "ok" : "refused"}${d.detail ? ": " + d.detail : ""}`];
+    case "match_created": return ["match", say`match created: ${d.challenge}, ${Object.keys(d.territories).length} territories`];
+    case "host_provisioning": return ["", say`${d.territory}: provisioning a host`];
+    case "host_provisioned": return ["", say`${d.territory}: host ${d.host} ready in ${d.provision_ms} ms`];
+    case "host_failed": return ["fail", say`${d.territory}: host failed: ${d.error}`];
+    case "preflight": return [d.ok ? "" : "fail", say`${d.territory}: preflight ${d.ok ? "ok" : "refused"}${d.detail ? ": " + d.detail : ""}`];
     case "match_started": return ["match", "match started: agents go"];
-    case "agent_started": return ["", `${d.agent} started`];
+    case "agent_started": return ["", say`${d.agent} started`];
     case "attempt_result":
-      if (d.verdict === "passed") return ["pass", `${d.territory}: ${d.milestone} passed (+${d.points}, attempt ${d.attempt})`];
-      return ["fail", `${d.territory}: ${d.milestone} ${d.verdict}: ${d.failure_reason || d.failure_category || ""} (attempt ${d.attempt})`];
-    case "fault_injected": return ["fault" + (d.ok ? "" : " fail"), `${d.territory}: injected ${d.fault}${d.detail ? " — " + d.detail : ""}`];
-    case "host_state": return [d.state === "rebooting" ? "fault" : (d.state === "lost" ? "fail" : ""), `${d.territory}: host ${d.state}`];
-    case "agent_ended": return [d.terminal_state === "completed" ? "" : "fail", `${d.agent} ${d.terminal_state}${d.terminal_detail ? ": " + d.terminal_detail : ""}`];
-    case "competitor_done": return ["", `${d.territory} declared done${d.by ? " by " + d.by : ""}`];
-    case "final_verification": return ["", `${d.territory}: final verification, ${d.changed ? "changed" : "unchanged"}`];
-    case "match_finished": return ["match", `finished: ${d.finish_reason}, winner ${d.winner || "none"}`];
-    case "match_closed": return ["match", "match closed: the record is final" + (d.seed ? `, seed ${d.seed} revealed` : "")];
+      if (d.verdict === "passed") return ["pass", say`${d.territory}: ${d.milestone} passed (+${d.points}, attempt ${d.attempt})`];
+      return ["fail", say`${d.territory}: ${d.milestone} ${d.verdict}: ${d.failure_reason || d.failure_category || ""} (attempt ${d.attempt})`];
+    case "fault_injected": return ["fault" + (d.ok ? "" : " fail"), say`${d.territory}: injected ${d.fault}${d.detail ? " — " + d.detail : ""}`];
+    case "host_state": return [d.state === "rebooting" ? "fault" : (d.state === "lost" ? "fail" : ""), say`${d.territory}: host ${d.state}`];
+    case "agent_ended": return [d.terminal_state === "completed" ? "" : "fail", say`${d.agent} ${d.terminal_state}${d.terminal_detail ? ": " + d.terminal_detail : ""}`];
+    case "competitor_done": return ["", say`${d.territory} declared done${d.by ? " by " + d.by : ""}`];
+    case "final_verification": return ["", say`${d.territory}: final verification, ${d.changed ? "changed" : "unchanged"}`];
+    case "match_finished": return ["match", say`finished: ${d.finish_reason}, winner ${d.winner || "none"}`];
+    case "match_closed": return ["match", "match closed: the record is final" + (d.seed ? say`, seed ${d.seed} revealed` : "")];
     case "log_tampered": return ["fail", d.kind === "altered"
-      ? `events altered behind the arena's back: seq ${(d.seqs || []).join(", ")}`
-      : `forged log rows set aside: ${d.rows} from seq ${d.first_seq}`];
+      ? say`events altered behind the arena's back: seq ${(d.seqs || []).join(", ")}`
+      : say`forged log rows set aside: ${d.rows} from seq ${d.first_seq}`];
     default: return null; // attempts in flight, usage, output: the cards and transcripts show them
   }
 }
@@ -223,7 +223,7 @@ function longText(label, text) {
   }
   const first = lines[0].slice(0, 100);
   return el("details", { class: "long" },
-    el("summary", {}, `${label ? label + ": " : ""}${first}… (${lines.length} lines, ${value.length} chars)`),
+    el("summary", {}, say`${label ? label + ": " : ""}${first}… (${lines.length} lines, ${value.length} chars)`),
     el("pre", {}, value));
 }
 
@@ -237,10 +237,10 @@ function transcriptEntry(event) {
   const entry = d.entry || {};
   const kind = entry.kind || "entry";
   let head = "";
-  if (kind === "tool_call") head = `${entry.name}(${entry.arguments || ""})`;
-  else if (kind === "exec") head = `$ ${entry.command}` + (entry.exit_code !== undefined ? ` → exit ${entry.exit_code}` : "");
-  else if (kind === "put") head = `put ${entry.path} (${entry.bytes} bytes)`;
-  else if (kind === "retry") head = `attempt ${entry.attempt}, retry in ${entry.delay_s}s`;
+  if (kind === "tool_call") head = say`${entry.name}(${entry.arguments || ""})`;
+  else if (kind === "exec") head = say`$ ${entry.command}` + (entry.exit_code !== undefined ? say` → exit ${entry.exit_code}` : "");
+  else if (kind === "put") head = say`put ${entry.path} (${entry.bytes} bytes)`;
+  else if (kind === "retry") head = say`attempt ${entry.attempt}, retry in ${entry.delay_s}s`;
   else if (kind === "tool_result") head = entry.name || "";
   else if (kind === "assistant" || kind === "discarded") head = servedBy(entry);
   const node = el("div", { class: "entry", "data-kind": kind },
@@ -257,9 +257,9 @@ function transcriptEntry(event) {
 // Which provider and model served a reply, and how it finished (the llm agent records it).
 function servedBy(entry) {
   const parts = [entry.provider, entry.served_model].filter(Boolean);
-  if (entry.why) parts.push(`not sent back: ${entry.why}`);
+  if (entry.why) parts.push(say`not sent back: ${entry.why}`);
   else if (entry.finish_reason && entry.finish_reason !== "stop" && entry.finish_reason !== "tool_calls") {
-    parts.push(`finish ${entry.finish_reason}`);
+    parts.push(say`finish ${entry.finish_reason}`);
   }
   return parts.join(" · ");
 }
@@ -273,14 +273,14 @@ function reasoningText(entry) {
   const readable = entry.reasoning_details
     .map((d) => (d && (d.text || d.summary)) || "").filter(Boolean).join("\n");
   const hidden = entry.reasoning_details.filter((d) => d && d.type === "reasoning.encrypted").length;
-  return readable || (hidden ? `(${hidden} encrypted reasoning block${hidden > 1 ? "s" : ""})` : "");
+  return readable || (hidden ? say`(${hidden} encrypted reasoning block${hidden > 1 ? "s" : ""})` : "");
 }
 
 // Reasoning is shown collapsed: a summary line, the text on a click.
 function reasoningBlock(text) {
   const first = text.split("\n")[0].slice(0, 80);
   return el("details", { class: "reasoning" },
-    el("summary", { class: "dim" }, `reasoning: ${first}${text.length > 80 ? "…" : ""} (${text.length} chars)`),
+    el("summary", { class: "dim" }, say`reasoning: ${first}${text.length > 80 ? "…" : ""} (${text.length} chars)`),
     el("pre", {}, text));
 }
 

@@ -7,10 +7,11 @@ const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attrs || {})) {
+    if (absent(value)) continue;
     if (key === "text") node.textContent = value;
     else node.setAttribute(key, String(value));
   }
-  for (const child of children.flat()) if (child) node.append(child);
+  node.append(...nodes(children));
   return node;
 }
 
@@ -24,18 +25,18 @@ function renderSummary(view) {
   document.getElementById("tournament-name").textContent = t.name || "";
   const c = view.counts;
   const summary = document.getElementById("summary");
-  summary.replaceChildren(
+  fill(summary,
     el("span", { class: "big", id: "state" }, t.state),
-    el("span", { id: "counted" }, `${c.counted} of ${t.slots.length} matches counted`),
-    el("span", {}, `${c.void} void, ${c.playing} playing, ${c.pending} pending`),
+    el("span", { id: "counted" }, say`${c.counted} of ${t.slots.length} matches counted`),
+    el("span", {}, say`${c.void} void, ${c.playing} playing, ${c.pending} pending`),
     el("span", { class: "dim" },
-      t.seed ? `seed ${t.seed}` : `seed commitment ${t.seed_commitment.slice(0, 16)}…`),
+      t.seed ? say`seed ${t.seed}` : say`seed commitment ${(t.seed_commitment || "-").slice(0, 16)}…`),
   );
   const running = document.getElementById("running");
-  running.replaceChildren(...view.running.map((m) => el("div", { class: "progress" },
+  fill(running, ...view.running.map((m) => el("div", { class: "progress" },
     el("a", { href: `/matches/${m.match_id}` }, m.match_id), " ",
     el("progress", { max: Math.max(1, m.milestones), value: m.milestones_passed }),
-    el("span", { class: "dim" }, ` ${m.state} ${duration(m.elapsed_ms)}`))));
+    el("span", { class: "dim" }, say` ${m.state} ${duration(m.elapsed_ms)}`))));
 }
 
 function renderBoard(view) {
@@ -43,34 +44,34 @@ function renderBoard(view) {
     "BT [95%]", "points", "median to durable", "$ per durable"].map((h) => el("th", {}, h)));
   const rows = view.leaderboard.map((r, i) => el("tr", { "data-competitor": r.competitor },
     el("td", {}, i + 1), el("td", {}, r.competitor),
-    el("td", {}, `${r.durable}/${r.matches}`),
-    el("td", {}, `${fixed(r.durable_rate_ci[0], 2)}–${fixed(r.durable_rate_ci[1], 2)}`),
+    el("td", {}, say`${r.durable}/${r.matches}`),
+    el("td", {}, say`${fixed(r.durable_rate_ci[0], 2)}–${fixed(r.durable_rate_ci[1], 2)}`),
     el("td", {}, fixed(r.mu, 2)), el("td", {}, fixed(r.sigma, 2)),
     el("td", {}, fixed(r.ordinal, 2)),
-    el("td", {}, `${fixed(r.bt, 0)} [${fixed(r.bt_ci[0], 0)}, ${fixed(r.bt_ci[1], 0)}]`),
+    el("td", {}, say`${fixed(r.bt, 0)} [${fixed(r.bt_ci[0], 0)}, ${fixed(r.bt_ci[1], 0)}]`),
     el("td", {}, fixed(r.mean_points, 1)), el("td", {}, duration(r.median_ms_to_durable)),
     el("td", {}, fixed(r.cost_per_durable_usd, 4))));
-  document.getElementById("board").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  fill(document.getElementById("board"), el("thead", {}, head), el("tbody", {}, rows));
   const check = view.order_check;
   document.getElementById("order-check").textContent =
-    `${view.matches_counted} counted matches. Order check: ratings from ${check.shuffles} ` +
-    `shuffled match orders ${check.agree ? "agree" : "DISAGREE"} within their sigma ` +
-    `(worst gap ${fixed(check.worst_gap_sigma, 2)} sigma).`;
+    say`${view.matches_counted} counted matches. Order check: ratings from ${check.shuffles} ` +
+    say`shuffled match orders ${check.agree ? "agree" : "DISAGREE"} within their sigma ` +
+    say`(worst gap ${fixed(check.worst_gap_sigma, 2)} sigma).`;
 }
 
 function renderChallenges(view) {
   const head = el("tr", {}, ["competitor", "challenge", "durable", "95% CI", "pass@k",
     "pass^k", "mean points", "median to durable"].map((h) => el("th", {}, h)));
-  const ks = (table) => Object.entries(table).map(([k, v]) => `${k}: ${fixed(v, 2)}`).join("  ");
+  const ks = (table) => Object.entries(table).map(([k, v]) => say`${k}: ${fixed(v, 2)}`).join("  ");
   const rows = view.leaderboard.flatMap((r) => r.challenges.map((c) =>
     el("tr", { "data-competitor": r.competitor, "data-challenge": c.challenge },
       el("td", {}, r.competitor), el("td", {}, c.challenge),
-      el("td", {}, `${c.durable}/${c.matches}`),
-      el("td", {}, `${fixed(c.durable_rate_ci[0], 2)}–${fixed(c.durable_rate_ci[1], 2)}`),
+      el("td", {}, say`${c.durable}/${c.matches}`),
+      el("td", {}, say`${fixed(c.durable_rate_ci[0], 2)}–${fixed(c.durable_rate_ci[1], 2)}`),
       el("td", { class: "pass-at" }, ks(c.pass_at_k)),
       el("td", { class: "pass-hat" }, ks(c.pass_hat_k)),
       el("td", {}, fixed(c.mean_points, 1)), el("td", {}, duration(c.median_ms_to_durable)))));
-  document.getElementById("per-challenge").replaceChildren(
+  fill(document.getElementById("per-challenge"),
     el("thead", {}, head), el("tbody", {}, rows));
 }
 
@@ -102,19 +103,19 @@ function plotRate(view) {
       root.append(svg("line", { class: "whisker", x1: x(end), x2: x(end), y1: y - 6, y2: y + 6 }));
     }
     root.append(svg("circle", { class: "point", cx: x(r.durable_rate), cy: y, r: 5 },
-      svg("title", { text: `${r.competitor}: ${r.durable}/${r.matches} durable` })));
+      svg("title", { text: say`${r.competitor}: ${r.durable}/${r.matches} durable` })));
   });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((v) => [x(v), v.toFixed(2)]);
   root.append(axis(LEFT, W - RIGHT, TOP + rows.length * ROW + 4, ticks, "durable rate"));
-  document.getElementById("plot-rate").replaceChildren(root);
+  fill(document.getElementById("plot-rate"), root);
 }
 
 function plotCost(view) {
-  const known = view.leaderboard.filter((r) => r.cost_per_durable_usd !== null);
+  const known = view.leaderboard.filter((r) => !absent(r.cost_per_durable_usd));
   const h = 260, bottom = h - 44;
   const target = document.getElementById("plot-cost");
   if (!known.length) {
-    target.replaceChildren(el("p", { class: "dim" },
+    fill(target, el("p", { class: "dim" },
       "No competitor has a known cost per durable result yet (never durable, or cost unknown)."));
     return;
   }
@@ -128,17 +129,64 @@ function plotCost(view) {
   root.append(svg("text", { x: LEFT - 8, y: y(most) + 4, "text-anchor": "end",
     text: top > 0 ? `$${most.toFixed(4)}` : "(all $0)" }));
   root.append(svg("text", { x: LEFT - 8, y: bottom, "text-anchor": "end", text: "$0" }));
-  for (const r of known) {
-    root.append(svg("circle", { class: "point", cx: x(r.durable_rate), cy: y(r.cost_per_durable_usd),
-      r: 5 }, svg("title", { text: `${r.competitor}: $${fixed(r.cost_per_durable_usd, 4)}` })));
-    const nearRight = x(r.durable_rate) > W - 160;
-    root.append(svg("text", { x: x(r.durable_rate) + (nearRight ? -8 : 8),
-      y: y(r.cost_per_durable_usd) - 6, "text-anchor": nearRight ? "end" : "start",
-      text: r.competitor }));
-  }
+  const labels = known.map((r) => {
+    const cx = x(r.durable_rate), cy = y(r.cost_per_durable_usd);
+    root.append(svg("circle", { class: "point", cx, cy, r: 5 },
+      svg("title", { text: say`${r.competitor}: $${fixed(r.cost_per_durable_usd, 4)}` })));
+    const label = svg("text", { class: "label", "data-competitor": r.competitor, text: r.competitor });
+    root.append(label);
+    return { node: label, cx, cy, right: cx <= W - 160 };
+  });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((v) => [x(v), v.toFixed(2)]);
   root.append(axis(LEFT, W - RIGHT, bottom, ticks, "durable rate"));
-  target.replaceChildren(root);
+  fill(target, root);
+  placeLabels(root, labels, bottom - 2, h);
+}
+
+// Competitors whose points coincide (the same rate and cost: every scripted builder at $0)
+// or nearly so would have their labels drawn over each other. Each label, the highest
+// point's first, takes the nearest free line beside its point: right of it (left near the
+// right edge), else one line up, one down, two up...; the plot grows upwards when a
+// stack needs it. A label off its point gets a leader line to it. Measured in the page
+// (getBBox), so it holds whatever the names and the font.
+function placeLabels(root, labels, floor, h) {
+  const GAP = 8;
+  const taken = [];
+  const clear = (box) => taken.every((o) => box.x + box.width <= o.x || o.x + o.width <= box.x ||
+    box.y + box.height <= o.y || o.y + o.height <= box.y);
+  let highest = 0;
+  labels.sort((a, b) => a.cy - b.cy || a.cx - b.cx);
+  for (const label of labels) {
+    const node = label.node;
+    node.setAttribute("x", label.right ? label.cx + GAP : label.cx - GAP);
+    node.setAttribute("text-anchor", label.right ? "start" : "end");
+    node.setAttribute("y", label.cy - 6);
+    const home = node.getBBox();
+    const line = home.height + 1;
+    let box = null, dy = 0;
+    for (let k = 0; box === null; k++) {
+      dy = (k % 2 ? -1 : 1) * Math.ceil(k / 2) * line; // 0, up 1, down 1, up 2, down 2...
+      if (dy > 0 && home.y + home.height + dy > floor) continue; // never over the axis
+      const moved = { x: home.x, y: home.y + dy, width: home.width, height: home.height };
+      if (clear(moved)) box = moved;
+      if (k > 4 * labels.length + 8) { // nothing near: the next line above every label
+        dy = Math.min(...taken.map((o) => o.y), home.y) - line - home.y;
+        box = { ...moved, y: home.y + dy };
+      }
+    }
+    taken.push(box);
+    highest = Math.min(highest, box.y - 2);
+    node.setAttribute("y", label.cy - 6 + dy);
+    if (Math.abs(dy) >= line) {
+      const edge = label.right ? box.x - 2 : box.x + box.width + 2;
+      root.insertBefore(svg("line", { class: "leader", x1: label.cx, y1: label.cy, x2: edge,
+        y2: box.y + box.height / 2 }), node);
+    }
+  }
+  if (highest < 0) { // a stack rose above the plot: show it
+    root.setAttribute("viewBox", `0 ${highest} ${W} ${h - highest}`);
+    root.setAttribute("height", h - highest);
+  }
 }
 
 function plotTime(view) {
@@ -146,7 +194,7 @@ function plotTime(view) {
   const all = rows.flatMap((r) => r.durable_ms);
   const target = document.getElementById("plot-time");
   if (!all.length) {
-    target.replaceChildren(el("p", { class: "dim" }, "No durable result yet."));
+    fill(target, el("p", { class: "dim" }, "No durable result yet."));
     return;
   }
   const most = Math.max(...all) * 1.05;
@@ -167,7 +215,7 @@ function plotTime(view) {
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => [x(f * most), duration(f * most)]);
   root.append(axis(LEFT, W - RIGHT, TOP + rows.length * ROW + 4, ticks,
     "time to durable (each dot a match; bar: median)"));
-  target.replaceChildren(root);
+  fill(target, root);
 }
 
 function render(view) {
@@ -189,6 +237,7 @@ function start() {
     return;
   }
   const id = decodeURIComponent(location.pathname.split("/").pop());
+  document.getElementById("tournament-id").textContent = id; // before its record says it
   const problem = document.getElementById("problem");
   const stream = new EventSource(`/api/tournaments/${encodeURIComponent(id)}/stream`);
   stream.addEventListener("tournament", (message) => {
@@ -204,7 +253,8 @@ function start() {
     fetch(`/api/tournaments/${encodeURIComponent(id)}`).then((r) => {
       if (r.status === 404) {
         problem.hidden = false;
-        problem.textContent = `No tournament ${id} in this event log.`;
+        problem.textContent = say`No tournament ${id} in this event log.`;
+        liveStatus(live, false, "not found");
         stream.close();
       }
     });
