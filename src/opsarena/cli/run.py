@@ -108,16 +108,20 @@ def play(
             err_console.print(
                 f"match {plan.match_id}: {len(plan.competitors)} territories", markup=False
             )
-            if scoreboard is not None:
-                url = f"{scoreboard.url}/matches/{plan.match_id}"
-                err_console.print(f"scoreboard: {url}", markup=False, soft_wrap=True)
             viewer = asyncio.create_task(watch(store, plan.match_id, console, live=live))
+            playing = asyncio.create_task(controller.run())
             try:
-                return await controller.run()
+                # The URL is printed once the match is in the log: a page opened at once
+                # must find it, never answer "no match".
+                if scoreboard is not None and await _created(store, plan.match_id, playing):
+                    url = f"{scoreboard.url}/matches/{plan.match_id}"
+                    err_console.print(f"scoreboard: {url}", markup=False, soft_wrap=True)
+                return await playing
             finally:
-                viewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await viewer
+                for task in (playing, viewer):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
         try:
             record = asyncio.run(main())
@@ -126,6 +130,24 @@ def play(
                 with contextlib.suppress(Exception):
                     write_record(asyncio.run(load_record(store, plan.match_id)), record_path)
     return record
+
+
+async def _created(store: EventStore, match_id: str, playing: asyncio.Task[MatchRecord]) -> bool:
+    """Wait until the match's first event is in the log (True) or the match ended
+    without one (False)."""
+
+    async def first_event() -> None:
+        async for _ in store.follow(match_id):
+            return
+
+    waiter = asyncio.create_task(first_event())
+    try:
+        await asyncio.wait({waiter, playing}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+    return waiter.done() and not waiter.cancelled() and waiter.exception() is None
 
 
 @contextlib.contextmanager
