@@ -240,8 +240,8 @@ async def create(
     `lowerdirs` (topmost first), shifted into `ids` when given (a disk for a host in a
     user namespace of its own). `ids` may still be on its way: it is awaited only once
     the filesystem is made and served. Without `power` the disk is a fixed one: no
-    server, `size_mb` MiB of data and `inodes` inodes (None: ext4's default) on an ext4
-    made without zeroing anything. Raises `HostBootError` or `HostUnavailableError`; a
+    server, `size_mb` MiB of data and `inodes` inodes (None: `disk.default_inodes`) on an
+    ext4 made without zeroing anything. Raises `HostBootError` or `HostUnavailableError`; a
     half-made disk is destroyed first."""
     if not lowerdirs:
         raise HostBootError("the host image has no layers to lay a power-cut disk over")
