@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("bench/results/io_storm.json"))
     parser.add_argument("--log-dir", default="/var/tmp", help="the machine's disk")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     samples: dict[str, dict[str, list[float]]] = {}
     rates: dict[str, list[float]] = {"capped": [], "uncapped": []}
     for _round in range(args.rounds):
@@ -147,7 +149,9 @@ def main() -> None:
         print(f"{key:32} {row}")
     report = {
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
-        "load_before": os.getloadavg(),
+        "date": started,
+        "load_at_start": load_at_start,
+        "load_at_end": os.getloadavg(),
         "caps": {"mib_per_s": DEFAULT_WRITE_MBPS, "iops": DEFAULT_WRITE_IOPS},
         "rounds": args.rounds,
         "seconds": args.seconds,
