@@ -29,6 +29,8 @@ bandwidth the hosts' caps leave (docs/PERFORMANCE.md for this machine's figures)
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,3 +117,14 @@ def io_controller(root: Path = CGROUP_ROOT) -> str | None:
     if controllers.exists() and "io" in controllers.read_text().split():
         return "io"
     return None
+
+
+def own_disks_possible() -> bool:
+    """Whether this machine can give hosts disks of their own: root (loop devices and
+    mounts), `losetup`, `mkfs.ext4` and the loop control device. Without them an
+    ordinary host's root stays in podman's storage, bounded by the quota watch only."""
+    return (
+        os.geteuid() == 0
+        and os.path.exists("/dev/loop-control")
+        and all(shutil.which(tool) for tool in ("losetup", "mkfs.ext4"))
+    )

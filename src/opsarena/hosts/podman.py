@@ -76,7 +76,7 @@ from opsarena.hosts.base import (
     HostSpec,
     ServiceRestart,
 )
-from opsarena.hosts.disk import IO_ANNOTATION, WriteCaps, io_controller
+from opsarena.hosts.disk import IO_ANNOTATION, WriteCaps, io_controller, own_disks_possible
 from opsarena.hosts.idmap import IdRange
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
@@ -138,6 +138,9 @@ class Podman:
         """`podman run` flags that confine a host (see `_prepare_confinement`)."""
         self.io_controller = io_controller()
         """The cgroup controller that caps a host's disk writes, or None (`hosts/disk.py`)."""
+        self.own_disks = own_disks_possible()
+        """Whether every host gets a fixed-size disk of its own (`hosts/disk.py`); else
+        an ordinary host's root is in podman's storage, bounded by the quota watch only."""
 
     @staticmethod
     def _detect_run_flags() -> list[str]:
@@ -245,6 +248,11 @@ def _without_userns(flags: list[str]) -> list[str]:
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
+
+
+def disk_kind(disk: powerdisk.PowerDisk) -> str:
+    """`LABEL_DISK`'s value for a host on `disk`."""
+    return "power" if disk.power else "fixed"
 
 
 def ids_name(host: str) -> str:
@@ -1244,27 +1252,29 @@ class PodmanDriver(HostDriver):
             raise HostError(
                 f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
             )
-        io_flags: list[str] = []
         caps = WriteCaps(spec.disk_write_mbps * 2**20, spec.disk_write_iops)
-        if caps.any and self.podman.io_controller is not None:
-            try:
-                text = caps.annotation(powerdisk.PowerDisk.of(name).loop_file)
-            except ValueError as exc:
-                raise HostBootError(f"cannot cap the writes of {name}: {exc}") from None
-            io_flags = ["--annotation", f"{IO_ANNOTATION}={text}"]
-        # Every host's root lies on a disk of its own, of a fixed size (hosts/disk.py).
         try:
-            disk, ids = await self._make_disk(spec, name)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._drop_ids(name))
-            raise
-        # podman 4.3 cannot map a `--rootfs` tree itself (`--userns=auto` fails with
-        # "no uid mappings found"): the disk is already shifted into the range
-        # reserved for the host, which it runs in (docs/SECURITY.md).
-        confine = [*_without_userns(self.podman.confine_flags), *ids.podman_flags()]
-        root = ["--rootfs", str(disk.root)]
-        disk_labels = ["--label", f"{LABEL_DISK}={'power' if disk.power else 'fixed'}", *io_flags]
+            cap_text = caps.annotation(powerdisk.PowerDisk.of(name).loop_file)
+        except ValueError as exc:
+            raise HostBootError(f"cannot cap the writes of {name}: {exc}") from None
+        disk: powerdisk.PowerDisk | None = None
+        confine = self.podman.confine_flags
+        if spec.power_cut or self.podman.own_disks:
+            # The host's root lies on a disk of its own, of a fixed size (hosts/disk.py).
+            try:
+                disk, ids = await self._make_disk(spec, name)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._drop_ids(name))
+                raise
+            # podman 4.3 cannot map a `--rootfs` tree itself (`--userns=auto` fails with
+            # "no uid mappings found"): the disk is already shifted into the range
+            # reserved for the host, which it runs in (docs/SECURITY.md).
+            confine = [*_without_userns(confine), *ids.podman_flags()]
+        root = ["--rootfs", str(disk.root)] if disk else [spec.image]
+        disk_labels = ["--label", f"{LABEL_DISK}={disk_kind(disk)}"] if disk else []
+        if disk and caps.any and self.podman.io_controller is not None:
+            disk_labels += ["--annotation", f"{IO_ANNOTATION}={cap_text}"]
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
             "--label", f"{LABEL_MATCH}={spec.match_id}",
@@ -1290,10 +1300,11 @@ class PodmanDriver(HostDriver):
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.remove(name)
-            with contextlib.suppress(Exception):
-                await powerdisk.destroy(disk)
-            with contextlib.suppress(Exception):
-                await self._drop_ids(name)
+            if disk is not None:
+                with contextlib.suppress(Exception):
+                    await powerdisk.destroy(disk)
+                with contextlib.suppress(Exception):
+                    await self._drop_ids(name)
             raise
         return host
 
