@@ -108,6 +108,7 @@ def unconfined(driver: HostDriver) -> HostDriver | None:
     plain = PodmanDriver()
     plain.podman.confine_flags = []
     plain.podman.global_flags = []
+    plain.podman.own_disks = False  # a disk of its own would map its ids (issue 23)
     return plain
 
 

@@ -1,9 +1,10 @@
 """A competitor that fills its disk fails alone: the arena freezes its disk at the quota.
 
-A host's root filesystem is an overlay on the machine's own disk, with no size limit
-podman can set on ext4. The controller measures each host's writable layer every
-second, bytes and inodes, and makes it read-only past the match's disk quota or inode
-quota, or when it cannot be measured (docs/RELIABILITY.md).
+A host's root filesystem is an overlay on an ext4 of its own, a little larger than the
+match's quotas (`hosts/disk.py`): that bounds it by construction. The controller still
+measures each host's writable layer every second, bytes and inodes, and makes it
+read-only past the match's disk quota or inode quota, or when it cannot be measured
+(docs/RELIABILITY.md).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ system calls from this process, read back after the power came back.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 import stat
@@ -240,3 +241,39 @@ async def test_a_shifted_disk_refuses_a_root_the_host_could_not_reach(
     with pytest.raises(HostBootError, match="closed to other users"):
         await powerdisk.create(disk, size_mb=64, lowerdirs=[str(tmp_path)], ids=ids)
     assert not disk.dir.exists() and not disk.root_dir.exists()
+
+
+async def test_a_fixed_disk_holds_its_size_and_inodes_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordinary host's disk (issue 23): no server, the loop device on the file itself;
+    it holds the data and inodes it was made for (the filesystem rounds up a little)
+    and refuses more with ENOSPC."""
+    monkeypatch.setenv("OPSARENA_DISK_ROOT", str(tmp_path / "disks"))
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    made = powerdisk.PowerDisk.of("fixed")
+    try:
+        await powerdisk.create(made, size_mb=64, lowerdirs=[str(lower)], power=False, inodes=5000)
+        assert not made.power and not made.fuse_dir.exists()
+        assert not (made.dir / "server.pid").exists()
+        fs = os.statvfs(made.fs)
+        free_mb = fs.f_bavail * fs.f_frsize / 2**20
+        assert 64 <= free_mb <= 64 + 4, free_mb
+        assert 5000 <= fs.f_files <= 5000 + 512
+        written = 0
+        with pytest.raises(OSError) as full, open(made.root / "big", "wb", buffering=0) as big:
+            while written < 80 * 2**20:
+                written += big.write(b"x" * 2**20)
+            os.fsync(big.fileno())
+        assert full.value.errno == errno.ENOSPC and 64 * 2**20 <= written <= 68 * 2**20
+        (made.root / "big").unlink()
+        names = iter(range(10_000))
+        with pytest.raises(OSError) as no_inodes:
+            for name in names:
+                (made.root / str(name)).touch()
+        assert no_inodes.value.errno == errno.ENOSPC
+        assert 5000 - 16 <= next(names) <= 5000 + 512
+    finally:
+        await powerdisk.destroy(made)
+    assert not made.dir.exists() and not made.root_dir.exists()

@@ -109,6 +109,7 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
     # host could use (docs/SECURITY.md, "Hosts").
     maker = PodmanDriver()
     maker.podman.confine_flags, maker.podman.global_flags = [], []
+    maker.podman.own_disks = False  # in podman's storage, to commit; a disk of its own maps ids
     try:
         host = await maker.create(
             HostSpec(match_id=source_match, territory="solver", image=plan.challenge.image)

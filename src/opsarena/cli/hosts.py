@@ -19,7 +19,7 @@ from rich.table import Table
 from opsarena.cli.output import console, err_console
 from opsarena.errors import DriverMissingError, HostNotFoundError, UsageError
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
-from opsarena.hosts.base import DEFAULT_DISK_MB
+from opsarena.hosts.base import DEFAULT_DISK_MB, DEFAULT_WRITE_IOPS, DEFAULT_WRITE_MBPS
 
 MANUAL_MATCH = "cli"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -69,15 +69,20 @@ def up(
     power_cut: Annotated[
         bool, typer.Option("--power-cut", help="Give it a disk that can lose power.")
     ] = False,
-    disk: Annotated[
-        int, typer.Option(min=64, help="Disk size in MiB (with --power-cut).")
-    ] = DEFAULT_DISK_MB,
+    disk: Annotated[int, typer.Option(min=64, help="Disk size in MiB.")] = DEFAULT_DISK_MB,
+    write_mbps: Annotated[
+        int, typer.Option(min=0, help="Cap on its disk writes, MiB/s (0: none).")
+    ] = DEFAULT_WRITE_MBPS,
+    write_iops: Annotated[
+        int, typer.Option(min=0, help="Cap on its disk write requests a second (0: none).")
+    ] = DEFAULT_WRITE_IOPS,
     driver: DriverOption = "podman",
 ) -> None:
     """Create and boot a host; returns once systemd in it is up."""
     spec = HostSpec(
         match_id=MANUAL_MATCH, territory=check_name("host name", name), image=image,
         cpus=cpus, memory_mb=memory, pids_limit=pids, power_cut=power_cut, disk_mb=disk,
+        disk_write_mbps=write_mbps, disk_write_iops=write_iops,
     )  # fmt: skip
     with err_console.status(f"booting {name}"):
         host = asyncio.run(get_driver(driver).create(spec))

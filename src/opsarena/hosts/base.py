@@ -39,7 +39,13 @@ FAULT_DISK_LOSS = "disk-loss"
 """`Host.lose_directory`: every process dies and one directory's contents are gone."""
 
 DEFAULT_DISK_MB = 1024
-"""Size of a power-cut-capable host's disk (it is also that host's exact disk quota)."""
+"""Size of a host's disk (the most it can hold, whatever the quota watch sees)."""
+
+DEFAULT_WRITE_MBPS = 64
+"""A host's write bandwidth cap on its disk, MiB/s (`HostSpec.disk_write_mbps`)."""
+
+DEFAULT_WRITE_IOPS = 2000
+"""A host's write request cap on its disk, a second (`HostSpec.disk_write_iops`)."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +128,16 @@ class HostSpec:
     memory_mb: int = 512
     pids_limit: int = 1024
     power_cut: bool = False
-    """Give the host a disk of its own that can lose power (`Host.power_cut`); such a
-    disk has exactly `disk_mb` MiB. Ordinary hosts (False) write to the driver's storage."""
+    """Give the host a disk that can lose power (`Host.power_cut`); such a disk has
+    exactly `disk_mb` MiB. Every other host's disk holds `disk_mb` MiB of data and
+    `disk_inodes` inodes (drivers that can bound a disk: `hosts/disk.py`)."""
     disk_mb: int = DEFAULT_DISK_MB
+    disk_inodes: int | None = None
+    """Inodes of an ordinary host's disk; None: one per 8 KiB (`disk.default_inodes`)."""
+    disk_write_mbps: int = DEFAULT_WRITE_MBPS
+    """Cap on the host's writes to its disk, MiB a second (0: none)."""
+    disk_write_iops: int = DEFAULT_WRITE_IOPS
+    """Cap on the host's write requests to its disk, a second (0: none)."""
 
 
 @dataclass(frozen=True)

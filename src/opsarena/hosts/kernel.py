@@ -288,11 +288,14 @@ def empty_directory(path: str, *, dir_fd: int | None = None) -> int:
 
 def mount_below(dir_fd: int) -> str | None:
     """The path (relative to `dir_fd`) of the first directory below it on another device
-    (a mount point), or None; nothing is followed."""
+    (a mount point), or None; nothing is followed. Only directories count: `fwalk` lists
+    a symlink to a directory among them, and on an overlay whose layers lie on different
+    filesystems (a host's disk) a symlink shows its upper layer's device."""
     device = os.fstat(dir_fd).st_dev
     for top, dirs, _files, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
         for name in dirs:
-            if os.stat(name, dir_fd=fd, follow_symlinks=False).st_dev != device:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat_is_dir(info.st_mode) and info.st_dev != device:
                 return os.path.normpath(os.path.join(top, name))
     return None
 

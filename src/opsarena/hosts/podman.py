@@ -76,6 +76,7 @@ from opsarena.hosts.base import (
     HostSpec,
     ServiceRestart,
 )
+from opsarena.hosts.disk import IO_ANNOTATION, WriteCaps, io_controller, own_disks_possible
 from opsarena.hosts.idmap import IdRange
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
@@ -87,7 +88,10 @@ log = logging.getLogger(__name__)
 LABEL_MATCH = "opsarena.match"
 LABEL_TERRITORY = "opsarena.territory"
 LABEL_DISK = "opsarena.disk"
-"""`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`)."""
+"""`power` on a host whose root is a power-cut disk (`hosts/powerdisk.py`), `fixed` on
+one whose root is a fixed-size disk (`hosts/disk.py`); none on a host made before every
+host had a disk of its own (its root is in podman's storage)."""
+DISK_KINDS = ("power", "fixed")
 LABEL_IMAGE = "opsarena.image"
 LABEL_IDS_OF = "opsarena.ids-of"
 """On a power-cut host's id reservation (`ids_name`): the host's name."""
@@ -132,6 +136,11 @@ class Podman:
         """Flags before podman's subcommand (the arena's hooks directory)."""
         self.confine_flags = self._prepare_confinement()
         """`podman run` flags that confine a host (see `_prepare_confinement`)."""
+        self.io_controller = io_controller()
+        """The cgroup controller that caps a host's disk writes, or None (`hosts/disk.py`)."""
+        self.own_disks = own_disks_possible()
+        """Whether every host gets a fixed-size disk of its own (`hosts/disk.py`); else
+        an ordinary host's root is in podman's storage, bounded by the quota watch only."""
 
     @staticmethod
     def _detect_run_flags() -> list[str]:
@@ -239,6 +248,11 @@ def _without_userns(flags: list[str]) -> list[str]:
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
+
+
+def disk_kind(disk: powerdisk.PowerDisk) -> str:
+    """`LABEL_DISK`'s value for a host on `disk`."""
+    return "power" if disk.power else "fixed"
 
 
 def ids_name(host: str) -> str:
@@ -711,9 +725,11 @@ class PodmanHost(Host):
                         )
                     # systemd may wait in stop-sigterm for a cgroup-empty event that never
                     # comes on a v1 machine (`report_empty_cgroup`): tell it once it is empty.
-                    if time.monotonic() - nudged >= CGROUP_NUDGE_S and not any(
-                        kernel.alive(proc) for proc in before
-                    ) and not await asyncio.to_thread(kernel.cgroup_members, cgroup, pid):
+                    if (
+                        time.monotonic() - nudged >= CGROUP_NUDGE_S
+                        and not any(kernel.alive(proc) for proc in before)
+                        and not await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
+                    ):
                         await self._report_empty(pid, state.cgroup)
                         nudged = time.monotonic()
                     await asyncio.sleep(0.02)
@@ -839,9 +855,7 @@ class PodmanHost(Host):
                 inspected = await self._inspect()
                 upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
                 if not upper:
-                    raise HostUnavailableError(
-                        f"{self.name} has no writable layer podman can show"
-                    )
+                    raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
                 self._upper = str(upper)
         return self._upper
 
@@ -858,9 +872,7 @@ class PodmanHost(Host):
             output_limit=4096,
         )  # fmt: skip
         if counted.timed_out:
-            raise DiskMeasureError(
-                f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s"
-            )
+            raise DiskMeasureError(f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s")
         totals = [line.split()[0] for line in counted.stdout.decode().splitlines() if line]
         if len(totals) != 2 or not all(total.isdigit() for total in totals):
             raise DiskMeasureError(
@@ -964,7 +976,7 @@ class PodmanHost(Host):
 
     async def power_cut(self, *, timeout: float = 60.0) -> None:
         disk = self.disk
-        if disk is None:
+        if disk is None or not disk.power:
             raise FaultUnsupportedError(
                 f"host {self.name} has no power-cut disk (create it with HostSpec.power_cut)"
             )
@@ -1079,7 +1091,7 @@ class PodmanHost(Host):
     async def boot_again(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         if not (await self._inspect())["State"].get("Running"):
-            if self.disk is not None:
+            if self.disk is not None and self.disk.power:
                 async with powerdisk.locked(self.disk):
                     await self._restore_power(self.disk)
             else:
@@ -1154,15 +1166,13 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
-    faults = frozenset(
-        {"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT, FAULT_DISK_LOSS}
-    )
+    faults = frozenset({"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT, FAULT_DISK_LOSS})
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()
 
     def _host(self, name: str, labels: dict[str, str]) -> PodmanHost:
-        disk = powerdisk.PowerDisk.of(name) if labels.get(LABEL_DISK) == "power" else None
+        disk = powerdisk.PowerDisk.of(name) if labels.get(LABEL_DISK) in DISK_KINDS else None
         return PodmanHost(
             self.podman, name, labels.get(LABEL_MATCH, ""), labels.get(LABEL_TERRITORY, ""), disk
         )
@@ -1225,7 +1235,7 @@ class PodmanDriver(HostDriver):
             layers = await self._image_layers(spec.image)
             await powerdisk.create(
                 disk, size_mb=spec.disk_mb, lowerdirs=layers, match_id=spec.match_id,
-                ids=reserved,
+                ids=reserved, power=spec.power_cut, inodes=spec.disk_inodes,
             )  # fmt: skip
         except BaseException:
             reserved.cancel()
@@ -1242,9 +1252,15 @@ class PodmanDriver(HostDriver):
             raise HostError(
                 f"host {name} exists already: remove it with `opsarena hosts rm {name}`"
             )
+        caps = WriteCaps(spec.disk_write_mbps * 2**20, spec.disk_write_iops)
+        try:
+            cap_text = caps.annotation(powerdisk.PowerDisk.of(name).loop_file)
+        except ValueError as exc:
+            raise HostBootError(f"cannot cap the writes of {name}: {exc}") from None
         disk: powerdisk.PowerDisk | None = None
         confine = self.podman.confine_flags
-        if spec.power_cut:
+        if spec.power_cut or self.podman.own_disks:
+            # The host's root lies on a disk of its own, of a fixed size (hosts/disk.py).
             try:
                 disk, ids = await self._make_disk(spec, name)
             except BaseException:
@@ -1256,7 +1272,9 @@ class PodmanDriver(HostDriver):
             # reserved for the host, which it runs in (docs/SECURITY.md).
             confine = [*_without_userns(confine), *ids.podman_flags()]
         root = ["--rootfs", str(disk.root)] if disk else [spec.image]
-        disk_labels = ["--label", f"{LABEL_DISK}=power"] if disk else []
+        disk_labels = ["--label", f"{LABEL_DISK}={disk_kind(disk)}"] if disk else []
+        if disk and caps.any and self.podman.io_controller is not None:
+            disk_labels += ["--annotation", f"{IO_ANNOTATION}={cap_text}"]
         result = await self.podman.run(
             "run", "--detach", "--name", name, "--hostname", spec.territory,
             "--label", f"{LABEL_MATCH}={spec.match_id}",

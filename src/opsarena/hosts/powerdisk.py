@@ -21,6 +21,10 @@ ext4 then cannot write anything back either, so the next mount sees the disk as 
 last flush left it and replays the journal. Every program run here is the arena's own
 (`losetup`, `mount`, `mkfs.ext4` of this machine): nothing from a host's filesystem.
 
+Every host gets such a disk, of a fixed size (`hosts/disk.py`): an ordinary host's has
+no server, its loop device lies on the backing file itself (`kind` is `fixed`), and it
+cannot lose power; its ext4 bounds what the host can write by construction.
+
 A disk's directory is named after its host; a `removed` file in it marks a disk whose
 host is being removed, and `lock` serialises a power cut against that removal, so a
 host removed during a power cut never boots again.
@@ -43,6 +47,7 @@ from pathlib import Path
 import platformdirs
 
 from opsarena.errors import HostBootError, HostUnavailableError
+from opsarena.hosts import disk as fixed
 from opsarena.hosts.idmap import IdRange, mount_shifted
 from opsarena.hosts.process import run_process
 
@@ -127,6 +132,16 @@ class PowerDisk:
     @property
     def match_id(self) -> str:
         return self._read("match")
+
+    @property
+    def power(self) -> bool:
+        """Whether the disk can lose power (served by `diskserver`); else a fixed disk."""
+        return self._read("kind") != "fixed"
+
+    @property
+    def loop_file(self) -> Path:
+        """Names the loop device the disk is attached to now."""
+        return self.dir / "loop"
 
     def exists(self) -> bool:
         return self.dir.is_dir()
@@ -218,31 +233,38 @@ async def create(
     lowerdirs: list[str],
     match_id: str = "",
     ids: IdRange | Awaitable[IdRange] | None = None,
+    power: bool = True,
+    inodes: int | None = None,
 ) -> None:
     """Make, serve and mount a new disk of `size_mb` MiB whose overlay lies over
     `lowerdirs` (topmost first), shifted into `ids` when given (a disk for a host in a
     user namespace of its own). `ids` may still be on its way: it is awaited only once
-    the filesystem is made and served. Raises `HostBootError` or `HostUnavailableError`;
-    a half-made disk is destroyed first."""
+    the filesystem is made and served. Without `power` the disk is a fixed one: no
+    server, `size_mb` MiB of data and `inodes` inodes (None: `disk.default_inodes`) on an
+    ext4 made without zeroing anything. Raises `HostBootError` or `HostUnavailableError`; a
+    half-made disk is destroyed first."""
     if not lowerdirs:
         raise HostBootError("the host image has no layers to lay a power-cut disk over")
     _private_dir(disk.dir.parent)
     disk.dir.mkdir(mode=0o700, exist_ok=False)
     try:
         disk.dir.chmod(0o700)
-        disk.fuse_dir.mkdir(mode=0o700)
         disk.fs.mkdir(mode=0o700)
         _make_root_dir(disk, shifted=ids is not None)
         (disk.dir / "lowerdir").write_text(":".join(lowerdirs))
         (disk.dir / "match").write_text(match_id)
-        os.truncate(_created(disk.backing), size_mb * 1024 * 1024)
-        # Made on the plain backing file, before the server runs: fast, and durable.
-        await _run(
-            "mkfs.ext4", "-q", "-F", "-m", "0",
-            "-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard",
-            str(disk.backing), what="making the power-cut disk's filesystem", timeout=60.0,
-        )  # fmt: skip
-        await _serve(disk)
+        backing_mb = size_mb
+        if not power:
+            (disk.dir / "kind").write_text("fixed")
+            inodes = inodes or fixed.default_inodes(size_mb)
+            backing_mb = fixed.backing_mb(size_mb, inodes)
+        os.truncate(_created(disk.backing), backing_mb * 2**20)
+        # Made on the plain backing file, before any server runs: fast, and durable.
+        argv = fixed.mkfs_argv(disk.backing, size_mb, None if power else inodes)
+        await _run(*argv, what="making the host's disk", timeout=60.0)
+        if power:
+            disk.fuse_dir.mkdir(mode=0o700)
+            await _serve(disk)
         if ids is not None:
             known = ids if isinstance(ids, IdRange) else await ids
             os.chown(disk.root_dir, known.uid, known.gid)
@@ -305,13 +327,13 @@ async def _serve(disk: PowerDisk) -> None:
 async def attach(disk: PowerDisk) -> None:
     """Attach the loop device, mount the ext4 (replaying its journal after a cut) and
     the host's root overlay on it."""
-    loop = await _run(
-        "losetup", "--find", "--show", str(disk.served), what="attaching the power-cut disk"
-    )
-    (disk.dir / "loop").write_text(loop)
-    # nosuid, nodev: the machine's own view of what the host wrote grants nothing.
-    await _run("mount", "-t", "ext4", "-o", "noatime,nosuid,nodev", loop, str(disk.fs),
-               what="mounting the power-cut disk")  # fmt: skip
+    device = disk.served if disk.power else disk.backing
+    loop = await _run("losetup", "--find", "--show", str(device), what="attaching the disk")
+    disk.loop_file.write_text(loop)
+    # nosuid, nodev: the machine's own view of what the host wrote grants nothing. The
+    # inode tables are never zeroed: the disk's new file read as zeros already.
+    await _run("mount", "-t", "ext4", "-o", "noatime,nosuid,nodev,noinit_itable", loop,
+               str(disk.fs), what="mounting the host's disk")  # fmt: skip
     if not (disk.dir / "lowerdir").read_text():
         return
     await asyncio.to_thread(_make_layer_dirs, disk)

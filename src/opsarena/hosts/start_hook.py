@@ -14,6 +14,11 @@ run by podman (as the arena's user) every time a host starts, gives that one
 directory and what is in it to the uid and gid that are root inside the host, so its
 systemd manages its own subtree and nothing above it.
 
+Disk writes: a host whose state carries the `opsarena.disk-io` annotation gets a write
+bandwidth and IOPS cap on its disk's loop device in its own blkio (v1) or io (v2)
+cgroup, read from `<disk>/loop` at every start (a power cut attaches a new loop
+device). A cap it cannot set stops the host from starting (`hosts/disk.py`).
+
 Every host the arena starts has a user namespace of its own (power-cut hosts too: the
 driver maps their disk into a reserved range). A host that shares the machine's user
 namespace would be root on the machine with the machine root's limits, so the hook
@@ -26,10 +31,13 @@ standard library and executes nothing from the host.
 import ctypes
 import json
 import os
+import stat
 import sys
 
 HIERARCHY = "/sys/fs/cgroup/systemd"
 CLONE_NEWUSER = 0x10000000
+IO_ANNOTATION = "opsarena.disk-io"
+CGROUPS = "/sys/fs/cgroup"
 LIMITS = {
     "/proc/sys/user/max_inotify_instances": 64,
     "/proc/sys/user/max_inotify_watches": 65536,
@@ -66,6 +74,7 @@ def main() -> None:
     state = json.load(sys.stdin)
     pid = int(state["pid"])
     hand_over_cgroup(pid)
+    limit_disk_writes(pid, (state.get("annotations") or {}).get(IO_ANNOTATION))
     set_limits(pid)  # last: after it this program's credentials are the host's
 
 
@@ -91,6 +100,66 @@ def hand_over_cgroup(pid: int) -> None:
             if name != "release_agent":
                 os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
         dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(directory, name))]
+
+
+def device_number(path: str) -> str:
+    """`MAJOR:MINOR` of block device `path`."""
+    info = os.stat(path)
+    if not stat.S_ISBLK(info.st_mode):
+        raise SystemExit(f"{path} is not a block device")
+    return f"{os.major(info.st_rdev)}:{os.minor(info.st_rdev)}"
+
+
+def cap_lines(controller: str, device: str, wbps: int, wiops: int) -> dict[str, str]:
+    """The cgroup files (of `controller`, `blkio` or `io`) to write, and what, to cap
+    writes to block device `device` (`MAJOR:MINOR`) at `wbps` bytes and `wiops`
+    requests a second (0: no cap)."""
+    if controller == "blkio":
+        lines = {}
+        if wbps:
+            lines["blkio.throttle.write_bps_device"] = f"{device} {wbps}"
+        if wiops:
+            lines["blkio.throttle.write_iops_device"] = f"{device} {wiops}"
+        return lines
+    return {"io.max": f"{device} wbps={wbps or 'max'} wiops={wiops or 'max'}"}
+
+
+def cgroup_dir(pid: int, root: str = CGROUPS) -> tuple[str, str]:
+    """(controller, directory) of the cgroup that caps the I/O of `pid`: its v1 `blkio`
+    cgroup, else its v2 cgroup when that has `io.max`."""
+    unified = ""
+    with open(f"/proc/{pid}/cgroup") as cgroup:
+        for line in cgroup:
+            _number, controllers, where = line.rstrip("\n").split(":", 2)
+            parts = [part for part in where.split("/") if part]
+            if any(part in (".", "..") for part in parts):
+                raise SystemExit(f"pid {pid} has a strange cgroup: {where!r}")
+            if "blkio" in controllers.split(","):
+                directory = os.path.join(root, controllers, *parts)
+                if os.path.exists(os.path.join(directory, "blkio.throttle.write_bps_device")):
+                    return "blkio", directory
+            if controllers == "":
+                unified = os.path.join(root, "unified", *parts)
+                if not os.path.isdir(os.path.join(root, "unified")):
+                    unified = os.path.join(root, *parts)
+    if unified and os.path.exists(os.path.join(unified, "io.max")):
+        return "io", unified
+    raise SystemExit(f"pid {pid} has no cgroup that can cap its disk writes")
+
+
+def limit_disk_writes(pid: int, annotation: str | None) -> None:
+    """Cap the writes of the host of `pid` on its disk as `annotation` (`WBPS WIOPS
+    FILE`: bytes and requests a second, the file naming its loop device) says; nothing
+    without one."""
+    if not annotation:
+        return
+    wbps, wiops, loop_file = annotation.split(" ", 2)
+    with open(loop_file) as named:
+        device = device_number(named.read().strip())
+    controller, directory = cgroup_dir(pid)
+    for name, line in cap_lines(controller, device, int(wbps), int(wiops)).items():
+        with open(os.path.join(directory, name), "w") as limit:
+            limit.write(line)
 
 
 if __name__ == "__main__":

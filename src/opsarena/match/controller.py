@@ -46,6 +46,7 @@ from opsarena.hosts import (
     HostSpec,
     get_driver,
 )
+from opsarena.hosts.disk import disk_for_quota
 from opsarena.hosts.image import build_image, image_for
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.diagnose import dump_tasks
@@ -142,7 +143,6 @@ class MatchPlan:
         return done_token(self.done_key, self.match_id, territory)
 
 
-
 def resumed_plan(
     record: MatchRecord, challenge: Challenge, seed: bytes, nonce: bytes, *, driver: str
 ) -> MatchPlan:
@@ -164,6 +164,7 @@ def resumed_plan(
     if record.disk_inode_quota is not None:
         plan.disk_inode_quota = record.disk_inode_quota
     return plan
+
 
 @dataclass
 class _DiskWatch:
@@ -470,12 +471,17 @@ class Controller:
     async def _provision_one(self, name: str) -> str | None:
         await self.emit(HostProvisioning(territory=name))
         challenge = self.plan.challenge
+        # The disk holds the quotas and a little more (the watch still sees a host go
+        # over): what a host can write is bounded by construction (hosts/disk.py).
+        disk_mb, inodes = disk_for_quota(self.plan.disk_quota_mb, self.plan.disk_inode_quota)
         spec = HostSpec(
             match_id=self.match_id,
             territory=name,
             image=self._image,
             # Only a challenge that cuts the power pays for a disk that can lose it.
             power_cut=FAULT_POWER_CUT in faults_needed(challenge),
+            disk_mb=disk_mb,
+            disk_inodes=inodes,
         )
         started = time.monotonic()
         try:
@@ -938,9 +944,7 @@ class Controller:
             territory.host = await self.driver.get(info.name)
         ready = await asyncio.gather(
             *(
-                self._ready_again(
-                    n, t.host, rebooting=record.territories[n].state == "rebooting"
-                )
+                self._ready_again(n, t.host, rebooting=record.territories[n].state == "rebooting")
                 for n, t in self._territories.items()
                 if t.host
             ),
