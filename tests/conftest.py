@@ -11,11 +11,12 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostDriver, HostSpec, get_driver
+from tests import leaks
 
 HostFactory = Callable[..., Awaitable[Host]]
 
@@ -78,8 +79,27 @@ def podman_names(match_id: str) -> list[str]:
 
 
 def new_match_id(prefix: str = "t") -> str:
-    """A match id no other test uses (hosts are named after it)."""
-    return f"{prefix}{secrets.token_hex(4)}"
+    """A match id no other test uses (hosts are named after it). Recorded: what is left
+    of it when the session ends fails the run (`no_leaks`)."""
+    match_id = f"{prefix}{secrets.token_hex(4)}"
+    leaks.MATCH_IDS.add(match_id)
+    return match_id
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks() -> Iterator[None]:
+    """At the end of the session (each xdist worker's own): hosts, id reservations,
+    runtime containers, power-cut disks, disk servers or agent cgroups left of the match
+    ids this session's tests made fail the run loudly, naming them; they are removed
+    first, so the machine is clean for the next run either way."""
+    yield
+    if shutil.which("podman") is None:
+        return
+    left = leaks.leftovers(leaks.MATCH_IDS)
+    if left:
+        leaks.remove(left)
+        lines = "\n".join(f"  {match_id}: {', '.join(things)}" for match_id, things in left.items())
+        pytest.fail(f"tests left these behind (removed now; fix the test's cleanup):\n{lines}")
 
 
 @pytest.fixture

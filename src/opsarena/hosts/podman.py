@@ -80,6 +80,7 @@ from opsarena.hosts.idmap import IdRange
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
+from opsarena.hosts.runc import runc_containers
 from opsarena.hosts.systemd_bus import BusError, SystemdBus, report_empty_cgroup
 
 log = logging.getLogger(__name__)
@@ -1307,10 +1308,7 @@ class PodmanDriver(HostDriver):
         swept: list[str] = []
         runc = shutil.which("runc")
         if runc is not None:
-            listed = await run_process(
-                [runc, "--root", RUNC_ROOT, "list", "--format", "json"], timeout=PODMAN_TIMEOUT
-            )
-            for row in json.loads(listed.stdout or b"null") or []:
+            for row in await runc_containers(runc, RUNC_ROOT, timeout=PODMAN_TIMEOUT):
                 annotations = row.get("annotations") or {}
                 ours = annotations.get(LABEL_MATCH)
                 if ours is None or row["id"] in known or match_id not in (None, ours):
