@@ -122,6 +122,8 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
         _run_connector(init_pid, start, theirs, [], timeout=timeout)
         ours.settimeout(timeout)
         _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
+    except TimeoutError as exc:
+        raise BusError(f"the bus connector handed no socket within {timeout:g}s") from exc
     finally:
         ours.close()
         theirs.close()
@@ -140,6 +142,12 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
             )
         _authenticate(sock)
         return sock
+    except TimeoutError as exc:  # a systemd busy booting under load: not up yet
+        sock.close()
+        raise BusError(f"the host's systemd did not authenticate within {timeout:g}s") from exc
+    except OSError as exc:  # reset or closed by a systemd going away
+        sock.close()
+        raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
     except BaseException:
         sock.close()
         raise
@@ -205,6 +213,9 @@ class SystemdBus:
         self.serial = 0
         try:
             self._wait_until_heard(timeout)
+        except OSError as exc:  # reset or closed by a systemd going away
+            self.sock.close()
+            raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
         except BaseException:
             self.sock.close()
             raise
@@ -259,8 +270,11 @@ class SystemdBus:
         error name) when systemd answers with an error."""
         self.serial += 1
         message = new_method_call(DBusAddress(path, SYSTEMD, interface), method, signature, body)
-        self.sock.sendall(message.serialise(serial=self.serial))
-        reply = self._reply(self.serial)
+        try:
+            self.sock.sendall(message.serialise(serial=self.serial))
+            reply = self._reply(self.serial)
+        except OSError as exc:  # reset or closed by a systemd going away
+            raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
         if reply.header.message_type == MessageType.error:
             name = str(reply.header.fields.get(HeaderFields.error_name, ""))
             text = str(reply.body[0]) if reply.body else name
