@@ -11,10 +11,12 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from opsarena.errors import HostBootError, HostUnavailableError
+from opsarena.hosts import systemd_bus
 from opsarena.hosts.podman import PodmanHost
 from tests.conftest import HostFactory
 
@@ -43,3 +45,31 @@ async def test_a_systemd_that_does_not_answer_is_unavailable_and_not_ready(
         with pytest.raises(HostBootError, match="not ready within 1s"):
             await host.wait_ready(1.0)
     assert await host.wait_ready(30.0) in ("running", "degraded")  # answers again
+
+
+async def test_unit_questions_share_one_connection_until_systemd_drops_it(
+    host_factory: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = await host_factory("kept")
+    connects: list[int] = []
+    real = systemd_bus._run_connector
+
+    def counted(init_pid: int, *args: Any, **kwargs: Any) -> None:
+        connects.append(init_pid)
+        real(init_pid, *args, **kwargs)
+
+    monkeypatch.setattr(systemd_bus, "_run_connector", counted)
+    first = await host.unit_members("systemd-journald.service")
+    for _ in range(5):
+        assert await host.unit_members("systemd-journald.service") == first
+    assert len(connects) == 1 and first
+    # systemd re-executing closes every bus connection: the next question connects again.
+    reexec = await host.exec("systemctl daemon-reexec", timeout=60)
+    assert reexec.exit_code == 0, reexec.stderr
+    assert await host.unit_members("systemd-journald.service") == first
+    assert len(connects) == 2
+    # A reboot is another init: a connection to it, never the old one's.
+    await host.reboot(timeout=60)
+    after = await host.unit_members("systemd-journald.service")
+    assert after and after != first
+    assert len(connects) >= 3 and connects[-1] != connects[0]

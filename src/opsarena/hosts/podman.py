@@ -81,7 +81,7 @@ from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
 from opsarena.hosts.runc import runc_containers
-from opsarena.hosts.systemd_bus import BusError, SystemdBus, report_empty_cgroup
+from opsarena.hosts.systemd_bus import BusError, KeptBus, SystemdBus, report_empty_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -529,6 +529,7 @@ class PodmanHost(Host):
         self.last_crash_restart_ms: int | None = None
         """Milliseconds from the last `crash_service` kill to the new main process."""
         self.last_restart: ServiceRestart | None = None
+        self._kept_bus = KeptBus()
 
     @property
     def boots(self) -> int:
@@ -662,8 +663,14 @@ class PodmanHost(Host):
         if not _UNIT_RE.match(unit):
             raise UnitMissingError(f"{unit!r} is not a systemd unit name")
         pid = await self._init_pid()
-        with await self._bus("asking systemd about " + unit, 10.0) as bus:
-            state = await asyncio.to_thread(bus.unit_state, unit)
+        try:  # asked at every health check: on the connection kept for it
+            state = await asyncio.to_thread(
+                self._kept_bus.ask, pid, 10.0, lambda bus: bus.unit_state(unit)
+            )
+        except BusError as exc:
+            raise HostUnavailableError(
+                f"asking systemd about {unit} in {self.name}: {exc}"
+            ) from exc
         if state.load != "loaded":
             raise UnitMissingError(
                 f"unit {unit} does not exist in {self.name} ({state.load or 'unknown'})"

@@ -25,11 +25,12 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jeepney import (  # type: ignore[import-untyped]
     DBusAddress,
@@ -59,6 +60,8 @@ NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 UNKNOWN_OBJECT = ("org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.systemd1.NoSuchJob")
 MAX_MESSAGE = 1024 * 1024
 """Largest reply accepted from a host's systemd (its answers here are a few hundred bytes)."""
+
+T = TypeVar("T")
 
 CONNECTOR = str(Path(__file__).with_name("bus_connector.py"))
 """The arena's own connector program (see `bus_connector`), run by path from the package."""
@@ -249,6 +252,22 @@ class SystemdBus:
                     return
         raise BusError(f"the host's systemd did not answer within {timeout:g}s")
 
+    def open(self) -> bool:
+        """Whether the connection is still up: systemd has not closed it (a daemon-reexec,
+        its host's reboot) and nothing unasked-for is waiting on it."""
+        if self.sock.fileno() < 0:
+            return False
+        try:
+            self.sock.setblocking(False)
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True  # nothing to read: open and quiet
+        except OSError:
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
+        return False  # closed (EOF), or bytes nobody asked for: start afresh
+
     def __enter__(self) -> SystemdBus:
         return self
 
@@ -360,6 +379,43 @@ class SystemdBus:
                 return False
             raise
         return True
+
+
+class KeptBus:
+    """One host's connection to its systemd, kept between questions (one per question
+    started the connector program and authenticated each time: at 32 hosts, with a
+    health check a second each, that was a good part of the controller's CPU).
+
+    `ask` runs one question at a time (from any thread) on the connection to the
+    systemd running as `init_pid`, connecting first when there is none, when the host
+    booted again (another init) or when systemd closed it; a question that fails
+    drops the connection (the next one connects again) and raises."""
+
+    def __init__(self) -> None:
+        self._bus: SystemdBus | None = None
+        self._lock = threading.Lock()
+
+    def ask(self, init_pid: int, timeout: float, question: Callable[[SystemdBus], T]) -> T:
+        with self._lock:
+            bus = self._bus
+            if bus is not None and (bus.init_pid != init_pid or not bus.open()):
+                bus.close()
+                bus = self._bus = None
+            if bus is None:
+                bus = self._bus = SystemdBus(init_pid, timeout=timeout)
+            bus.timeout = timeout
+            try:
+                return question(bus)
+            except BaseException:
+                bus.close()
+                self._bus = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bus is not None:
+                self._bus.close()
+                self._bus = None
 
 
 @dataclass(frozen=True)
