@@ -14,45 +14,47 @@ sockets a second, and starting a thread for each was a tenth of the controller's
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import ctypes.util
 import os
 import queue
 import socket
 import threading
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 THREAD_NAME = "opsarena-netns"
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
-_Request = tuple[int, int, "concurrent.futures.Future[socket.socket]"]
-
 
 class _SocketMaker:
-    """The thread that makes sockets in other network namespaces, one request at a time."""
+    """The thread that makes sockets in other network namespaces, one request at a time.
+    A request hands over the namespace's fd (the thread closes it) and a queue for the
+    answer: a socket or the exception to raise."""
 
     def __init__(self) -> None:
-        self.requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self.requests: queue.SimpleQueue[tuple[int, int, queue.SimpleQueue[Any]]] = (
+            queue.SimpleQueue()
+        )
         self.pid = os.getpid()
         self.thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
         while True:
-            ns_fd, pid, made = self.requests.get()
-            if not made.set_running_or_notify_cancel():
-                continue
+            ns_fd, pid, reply = self.requests.get()
             try:
                 if _libc.setns(ns_fd, CLONE_NEWNET) != 0:
                     err = ctypes.get_errno()
                     raise OSError(err, f"setns into the network of pid {pid}: {os.strerror(err)}")
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sock.setblocking(False)
-                made.set_result(sock)
+                reply.put(sock)
             except BaseException as exc:  # handed to the caller's thread
-                made.set_exception(exc)
+                reply.put(exc)
+            finally:
+                os.close(ns_fd)
 
     def usable(self) -> bool:
         """False in a child forked from the process that started the thread (it has no
@@ -66,6 +68,9 @@ _maker_lock = threading.Lock()
 
 def _socket_maker() -> _SocketMaker:
     global _maker
+    maker = _maker
+    if maker is not None and maker.usable():
+        return maker
     with _maker_lock:
         if _maker is None or not _maker.usable():
             _maker = _SocketMaker()
@@ -82,12 +87,14 @@ def socket_in_netns(pid: int) -> socket.socket:
         ns_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise ProcessLookupError(f"process {pid} is gone") from exc
-    made: concurrent.futures.Future[socket.socket] = concurrent.futures.Future()
+    reply: queue.SimpleQueue[socket.socket | BaseException] = queue.SimpleQueue()
     try:
-        _socket_maker().requests.put((ns_fd, pid, made))
-        return made.result()
-    finally:
-        # The fd may go only once the thread is done with it.
-        if not made.cancel():
-            concurrent.futures.wait([made])
+        maker = _socket_maker()
+    except BaseException:
         os.close(ns_fd)
+        raise
+    maker.requests.put((ns_fd, pid, reply))  # the thread closes `ns_fd`
+    outcome = reply.get()
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome

@@ -375,8 +375,8 @@ REMOVE_ATTEMPTS = 5
 """`remove` tries this many times while podman finds the host's shm mount busy."""
 
 READY_POLL_FIRST_S = 0.02
-READY_POLL_MAX_S = 0.2
-"""`wait_ready` asks again after 20 ms, then twice as long each time up to 200 ms: a boot
+READY_POLL_MAX_S = 0.5
+"""`wait_ready` asks again after 20 ms, then twice as long each time up to 500 ms: a boot
 takes seconds, and at a steady 20 ms, with 32 hosts booting, parsing systemd's answers
 took 7 % of the controller's Python time (docs/PERFORMANCE.md)."""
 
