@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterable
@@ -79,7 +80,9 @@ def leftovers(ids: Iterable[str]) -> dict[str, list[str]]:
     if not wanted:
         return {}
     found = _podman_leftovers(wanted)
-    for row in asyncio.run(runc_containers("runc", RUNC_ROOT, timeout=60)):
+    runc = shutil.which("runc")
+    rows = asyncio.run(runc_containers(runc, RUNC_ROOT, timeout=60)) if runc else []
+    for row in rows:
         match_id = (row.get("annotations") or {}).get(LABEL_MATCH)
         if match_id in wanted:
             found.append((match_id, f"runc:{row['id']}"))
