@@ -49,9 +49,7 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
-def play_while_forging(
-    runs: ArenaRuns, db: Path, work: Path
-) -> subprocess.CompletedProcess[str]:
+def play_while_forging(runs: ArenaRuns, db: Path, work: Path) -> subprocess.CompletedProcess[str]:
     """`opsarena run` of `ref` (reference) and `idle`, with the forger in `work` run from
     outside the cage once the match has started; returns the run's result."""
     run = runs.start(
@@ -94,7 +92,8 @@ def _started_match(db: Path, run: subprocess.Popen[str]) -> str:
 
 
 def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_on(
-    arena_runs: ArenaRuns, tmp_path: Path,
+    arena_runs: ArenaRuns,
+    tmp_path: Path,
 ) -> None:
     db = tmp_path / "log.db"
     work = tmp_path / "forger"
@@ -120,7 +119,8 @@ def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_o
 
 
 def test_an_edit_with_the_chain_redone_is_still_found_by_the_controller_at_the_close(
-    arena_runs: ArenaRuns, tmp_path: Path,
+    arena_runs: ArenaRuns,
+    tmp_path: Path,
 ) -> None:
     """The chain holds no secret: a forger with the file can edit an event and redo every
     hash after it, and the chain verifies. The controller remembers what it wrote and

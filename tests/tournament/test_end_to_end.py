@@ -69,7 +69,8 @@ def wait_until_mid_tournament(
 
 
 def test_the_example_tournament_survives_a_kill_and_ranks_the_flawed_below(
-    arena_runs: ArenaRuns, tmp_path: Path,
+    arena_runs: ArenaRuns,
+    tmp_path: Path,
 ) -> None:
     db = tmp_path / "log.db"
     tournament_id = new_match_id("tour")

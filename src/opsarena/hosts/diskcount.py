@@ -69,9 +69,7 @@ class _Helper:
                 waiter.set_exception(OSError("the disk counting helper exited"))
 
     def usable(self) -> bool:
-        return (
-            self.pid == os.getpid() and self.reader.is_alive() and self.process.poll() is None
-        )
+        return self.pid == os.getpid() and self.reader.is_alive() and self.process.poll() is None
 
     def submit(self, path: str, timeout: float) -> concurrent.futures.Future[Counted]:
         waiter: concurrent.futures.Future[Counted] = concurrent.futures.Future()
