@@ -7,15 +7,21 @@ match's hosts are removed when the test ends, whether it passed or not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
+import signal
+import sqlite3
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostDriver, HostSpec, get_driver
+from tests import leaks
 
 HostFactory = Callable[..., Awaitable[Host]]
 
@@ -79,8 +85,88 @@ def podman_names(match_id: str) -> list[str]:
 
 
 def new_match_id(prefix: str = "t") -> str:
-    """A match id no other test uses (hosts are named after it)."""
-    return f"{prefix}{secrets.token_hex(4)}"
+    """A match id no other test uses (hosts are named after it). Recorded: what is left
+    of it when the session ends fails the run (`no_leaks`)."""
+    match_id = f"{prefix}{secrets.token_hex(4)}"
+    leaks.MATCH_IDS.add(match_id)
+    return match_id
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks() -> Iterator[None]:
+    """At the end of the session (each xdist worker's own): hosts, id reservations,
+    runtime containers, power-cut disks, disk servers or agent cgroups left of the match
+    ids this session's tests made fail the run loudly, naming them; they are removed
+    first, so the machine is clean for the next run either way."""
+    yield
+    if shutil.which("podman") is None:
+        return
+    left = leaks.leftovers(leaks.MATCH_IDS)
+    if left:
+        leaks.remove(left)
+        lines = "\n".join(f"  {match_id}: {', '.join(things)}" for match_id, things in left.items())
+        pytest.fail(f"tests left these behind (removed now; fix the test's cleanup):\n{lines}")
+
+
+class ArenaRuns:
+    """The `opsarena` processes (match runs, tournaments, servers) a test starts, with the
+    event logs they write; `arena_runs` ends them and what they made at teardown."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.popens: list[subprocess.Popen[Any]] = []
+        self.dbs: list[Path] = []
+
+    def start(self, db: Path | None, argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
+        """`subprocess.Popen(argv, **popen)` in a session of its own, whose matches (read
+        from the SQLite log `db`, if any) are cleaned up at teardown."""
+        popen.setdefault("start_new_session", True)
+        process = subprocess.Popen(argv, **popen)
+        self.popens.append(process)
+        self.adopt(process.pid, db)
+        return process
+
+    def adopt(self, pid: int, db: Path | None) -> None:
+        """Also end `pid` (started elsewhere, e.g. by asyncio, in a session of its own)
+        and clean up the matches in `db` at teardown."""
+        self.pids.append(pid)
+        if db is not None:
+            self.dbs.append(db)
+
+    def match_ids(self) -> set[str]:
+        found: set[str] = set()
+        for db in self.dbs:
+            if not db.exists():
+                continue
+            with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db)) as c:
+                found |= {row[0] for row in c.execute("SELECT DISTINCT match_id FROM events")}
+        return found
+
+    def end(self) -> None:
+        """SIGKILL every process group still there, then remove whatever the matches of the
+        logs left (hosts, disks, cages): a killed controller never removed its own."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        for process in self.popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=30)
+        ids = self.match_ids()
+        leaks.MATCH_IDS.update(ids)
+        left = leaks.leftovers(ids)
+        if left:
+            leaks.remove(left)
+
+
+@pytest.fixture
+def arena_runs() -> Iterator[ArenaRuns]:
+    """Start `opsarena` processes through this: each is killed, and what its matches left
+    is removed, when the test ends however it ends."""
+    runs = ArenaRuns()
+    try:
+        yield runs
+    finally:
+        runs.end()
 
 
 @pytest.fixture

@@ -155,8 +155,9 @@ def test_a_cage_has_its_limits_is_found_again_by_its_match_and_removed() -> None
     match_id = new_match_id("cage")
     limits = CageLimits(pids=8, memory_bytes=64 * 1024 * 1024, cpus=0.5)
     cage = ProcessCage.create(match_id, "t", limits)
-    sleeper = subprocess.Popen(cage.wrap(["sleep", "100"]))
+    sleeper: subprocess.Popen[bytes] | None = None
     try:
+        sleeper = subprocess.Popen(cage.wrap(["sleep", "100"]))
         values = {
             f.name: f.read_text().strip()
             for path in cage.paths
@@ -179,7 +180,8 @@ def test_a_cage_has_its_limits_is_found_again_by_its_match_and_removed() -> None
         assert not any(path.exists() for path in cage.paths)
         assert ProcessCage.of_match(match_id) == []
     finally:
-        sleeper.kill()
+        if sleeper is not None:
+            sleeper.kill()
         cage.remove()
 
 

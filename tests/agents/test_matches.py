@@ -25,7 +25,7 @@ from tests.agents.openai_double import (
     openai_double,
 )
 from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
-from tests.conftest import new_match_id, podman_names
+from tests.conftest import ArenaRuns, new_match_id, podman_names
 from tests.match.test_controller import wait_for_event
 
 from opsarena.agents.competitors import Competitor, competitor_from_cli
@@ -103,9 +103,12 @@ def test_a_command_agent_wins_through_opsarena_run(tmp_path: Path) -> None:
     assert agent["terminal_state"] == "completed" and agent["successful"] is True
 
 
-def test_a_person_declares_done_and_the_referee_verifies(tmp_path: Path) -> None:
+def test_a_person_declares_done_and_the_referee_verifies(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     db = tmp_path / "log.db"
-    process = subprocess.Popen(
+    process = arena_runs.start(
+        db,
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "200",
          "--builder", "me=human", "--record", str(tmp_path / "record.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -166,7 +169,7 @@ def test_the_seed_match_says_in_one_line_when_no_endpoint_is_configured(tmp_path
 
 
 async def test_the_seed_match_plays_against_any_reachable_endpoint(
-    openai_double: OpenAIDouble, tmp_path: Path
+    openai_double: OpenAIDouble, arena_runs: ArenaRuns, tmp_path: Path
 ) -> None:
     """The shipped competitors file, three models, one endpoint: every agent's usage and
     the provider's cost land in the record under the seed's agent names, and each model's
@@ -190,7 +193,9 @@ async def test_the_seed_match_plays_against_any_reachable_endpoint(
         *OPSARENA, "run", "--quiet", "--db", str(tmp_path / "log.db"), "--record",
         str(record_path), "--competitors", str(ROOT / "examples" / "seed-match.toml"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        start_new_session=True,
     )  # fmt: skip
+    arena_runs.adopt(process.pid, tmp_path / "log.db")
     _out, err = await asyncio.wait_for(process.communicate(), 300)
     assert process.returncode == 0, err.decode()
     record = json.loads(record_path.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opsarena.challenges.catalog import builtin_root
-from tests.conftest import podman_names
+from tests.conftest import ArenaRuns, podman_names
 from tests.match.test_resume import OPSARENA, kill_after, record_of, resume, seqs_of, truncate_log
 
 pytestmark = pytest.mark.hosts
@@ -30,10 +30,13 @@ def outside_challenge(tmp_path: Path) -> Path:
     return directory
 
 
-def test_an_outside_directory_plays_resumes_and_shows(tmp_path: Path) -> None:
+def test_an_outside_directory_plays_resumes_and_shows(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     directory = outside_challenge(tmp_path)
     db = tmp_path / "log.db"
-    process = subprocess.Popen(
+    process = arena_runs.start(
+        db,
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120", "--drain", "10",
          "--challenge", str(directory), "--builder", "ref=scripted:reference"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -62,10 +65,11 @@ def test_an_outside_directory_plays_resumes_and_shows(tmp_path: Path) -> None:
     assert podman_names(match_id) == []
 
 
-def test_resume_says_so_when_the_directory_is_gone(tmp_path: Path) -> None:
+def test_resume_says_so_when_the_directory_is_gone(arena_runs: ArenaRuns, tmp_path: Path) -> None:
     directory = outside_challenge(tmp_path)
     db = tmp_path / "log.db"
-    process = subprocess.Popen(
+    process = arena_runs.start(
+        db,
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
          "--challenge", str(directory), "--builder", "ref=scripted:idle"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

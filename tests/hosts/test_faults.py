@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -32,8 +30,11 @@ from opsarena.hosts import (
     driver_names,
     get_driver,
 )
+from opsarena.hosts.podman import RUNC_ROOT
 from opsarena.hosts.powerdisk import PowerDisk
+from opsarena.hosts.runc import runc_containers
 from tests.conftest import TEST_IMAGE, new_match_id, podman_names
+from tests.hosts.conftest import RuncFactory
 
 pytestmark = pytest.mark.hosts
 
@@ -241,12 +242,9 @@ async def test_a_disk_loss_empties_one_directory_kills_everything_and_boots(
         await asyncio.shield(driver.cleanup(match_id=match_id))
 
 
-def runc_ids() -> set[str]:
-    listed = subprocess.run(
-        ["runc", "--root", "/run/runc", "list", "--format", "json"],
-        check=False, capture_output=True, text=True,
-    )  # fmt: skip
-    return {row["id"] for row in json.loads(listed.stdout or "null") or []}
+async def runc_ids() -> set[str]:
+    rows = await runc_containers("runc", RUNC_ROOT, timeout=30)
+    return {row["id"] for row in rows}
 
 
 async def container_id(name: str) -> str:
@@ -283,7 +281,7 @@ async def test_a_host_removed_during_a_fault_never_comes_back(
         await asyncio.sleep(1.0)  # anything that would come back has had time to
         assert podman_names(match_id) == []
         assert reservations(match_id) == []
-        assert cid not in runc_ids()
+        assert cid not in await runc_ids()
         assert not PowerDisk.of(host.name).exists()
         with pytest.raises(HostNotFoundError):
             await driver.get(host.name)
@@ -292,42 +290,27 @@ async def test_a_host_removed_during_a_fault_never_comes_back(
 
 
 async def test_cleanup_sweeps_runtime_containers_and_disks_podman_forgot(
-    driver: HostDriver, tmp_path: Path
+    driver: HostDriver, runc_container: RuncFactory
 ) -> None:
     if driver.name != "podman":
         pytest.skip("the runtime sweep is the podman driver's")
     match_id = new_match_id("sweep")
-    host = await make_host(driver, match_id, power_cut=True, disk_mb=128)
-    # Podman forgets the host (as after the race seen on main) but its disk stays.
-    subprocess.run(["podman", "rm", "--force", "--time", "0", host.name], check=True,
-                   capture_output=True)  # fmt: skip
-    assert PowerDisk.of(host.name).exists()
-    # A runc container annotated as the match's, which podman never knew.
-    layer = json.loads(subprocess.run(
-        ["podman", "image", "inspect", "--format", "json", TEST_IMAGE],
-        check=True, capture_output=True, text=True,
-    ).stdout)[0]["GraphDriver"]["Data"]["UpperDir"]  # fmt: skip
-    spec = {
-        "ociVersion": "1.0.2",
-        "process": {"args": ["/bin/sleep", "1000"], "cwd": "/", "user": {"uid": 0, "gid": 0}},
-        "root": {"path": layer, "readonly": True},
-        "annotations": {"opsarena.match": match_id},
-        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "network"}]},
-        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
-    }
-    (tmp_path / "config.json").write_text(json.dumps(spec))
-    orphan = f"opsarena-orphan-{match_id}"
-    subprocess.run(
-        ["runc", "--root", "/run/runc", "run", "--detach", "--bundle", str(tmp_path), orphan],
-        check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, timeout=30,
-    )  # fmt: skip
-    assert orphan in runc_ids()
+    try:
+        host = await make_host(driver, match_id, power_cut=True, disk_mb=128)
+        # Podman forgets the host (as after the race seen on main) but its disk stays.
+        subprocess.run(["podman", "rm", "--force", "--time", "0", host.name], check=True,
+                       capture_output=True)  # fmt: skip
+        assert PowerDisk.of(host.name).exists()
+        # A runc container annotated as the match's, which podman never knew.
+        orphan = runc_container(RUNC_ROOT, match_id)
+        assert orphan in await runc_ids()
 
-    swept = await driver.cleanup(match_id=match_id)
+        swept = await driver.cleanup(match_id=match_id)
 
-    assert orphan not in runc_ids()
-    assert not PowerDisk.of(host.name).exists()
-    assert reservations(match_id) == []  # the forgotten host's id range is free again
-    assert f"disk:{host.name}" in swept and f"runc:{orphan[:12]}" in swept
-    assert f"ids:{host.name}" in swept
+        assert orphan not in await runc_ids()
+        assert not PowerDisk.of(host.name).exists()
+        assert reservations(match_id) == []  # the forgotten host's id range is free again
+        assert f"disk:{host.name}" in swept and f"runc:{orphan[:12]}" in swept
+        assert f"ids:{host.name}" in swept
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import subprocess
 import tarfile
 import textwrap
@@ -84,6 +85,7 @@ async def test_cleanup_touches_only_what_opsarena_labelled(
         check=True,
         capture_output=True,
     )
+    other = new_match_id()
     try:
         await asyncio.gather(
             *(
@@ -91,7 +93,6 @@ async def test_cleanup_touches_only_what_opsarena_labelled(
                 for t in ("a", "b")
             )
         )
-        other = new_match_id()
         await podman_driver.create(HostSpec(match_id=other, territory="a", image=TEST_IMAGE))
         removed = await podman_driver.cleanup(match_id=match_id)
         assert sorted(removed) == [f"opsarena-{match_id}-a", f"opsarena-{match_id}-b"]
@@ -104,10 +105,17 @@ async def test_cleanup_touches_only_what_opsarena_labelled(
         assert exists.returncode == 0, "cleanup removed a container opsarena did not make"
     finally:
         subprocess.run(["podman", "rm", "--force", stranger], check=False, capture_output=True)
+        for made in (match_id, other):
+            await asyncio.shield(podman_driver.cleanup(match_id=made))
 
 
-def test_hosts_of_a_test_that_failed_midway_are_removed(pytester: pytest.Pytester) -> None:
+def test_hosts_of_a_test_that_failed_midway_are_removed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conftest = Path(__file__).parent.parent / "conftest.py"
+    # The copied conftest imports `tests.leaks` (its end-of-session leak check).
+    root = str(Path(__file__).parent.parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     pytester.makeconftest(conftest.read_text())
     pytester.makeini(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = session\n"

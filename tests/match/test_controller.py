@@ -22,7 +22,7 @@ from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore
-from tests.conftest import new_match_id, podman_names
+from tests.conftest import ArenaRuns, new_match_id, podman_names
 from tests.match.test_seed_compat import incompatibilities
 
 pytestmark = pytest.mark.hosts
@@ -156,10 +156,13 @@ def wait_for_event(db: Path, event_type: str, timeout: float = 120) -> str:
     raise AssertionError(f"no {event_type} event within {timeout}s")
 
 
-def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(tmp_path: Path) -> None:
+def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     db = tmp_path / "log.db"
     record_path = tmp_path / "record.json"
-    process = subprocess.Popen(
+    process = arena_runs.start(
+        db,
         [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db),
          "--builder", "a=human", "--builder", "b=scripted:wrong-health",
          "--time-limit", "300", "--record", str(record_path)],

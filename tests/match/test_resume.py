@@ -16,7 +16,7 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.store import SqliteEventStore
 from tests.agents.contexts import script
-from tests.conftest import podman_names
+from tests.conftest import ArenaRuns, podman_names
 from tests.match.test_controller import wait_for_event
 
 pytestmark = pytest.mark.hosts
@@ -25,10 +25,11 @@ OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 
 
 def start_match(
-    db: Path, *builders: str, drain_s: int = 10, options: tuple[str, ...] = ()
+    runs: ArenaRuns, db: Path, *builders: str, drain_s: int = 10, options: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     args = [arg for b in builders for arg in ("--builder", b)]
-    return subprocess.Popen(
+    return runs.start(
+        db,
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
          "--drain", str(drain_s), *options, *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -69,10 +70,12 @@ def resume(db: Path, match_id: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
+def test_resume_continues_a_match_with_its_hosts(arena_runs: ArenaRuns, tmp_path: Path) -> None:
     db = tmp_path / "log.db"
     quotas = ("--disk-quota", "300", "--inode-quota", "40000")
-    process = start_match(db, "ref=scripted:reference", "mem=scripted:in-memory", options=quotas)
+    process = start_match(
+        arena_runs, db, "ref=scripted:reference", "mem=scripted:in-memory", options=quotas
+    )
     match_id = kill_after(process, db, "agent_ended")
     truncate_log(db, match_id, seqs_of(db, match_id, "agent_ended")[0])  # as if killed then
     before = events_of(db, match_id)
@@ -97,9 +100,9 @@ def test_resume_continues_a_match_with_its_hosts(tmp_path: Path) -> None:
     assert podman_names(match_id) == []
 
 
-def test_resume_aborts_when_the_hosts_are_gone(tmp_path: Path) -> None:
+def test_resume_aborts_when_the_hosts_are_gone(arena_runs: ArenaRuns, tmp_path: Path) -> None:
     db = tmp_path / "log.db"
-    process = start_match(db, "a=scripted:idle", "b=scripted:wrong-health")
+    process = start_match(arena_runs, db, "a=scripted:idle", "b=scripted:wrong-health")
     match_id = kill_after(process, db, "match_started")
     subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=True)
     resumed = resume(db, match_id)
@@ -115,14 +118,14 @@ def test_resume_aborts_when_the_hosts_are_gone(tmp_path: Path) -> None:
     assert podman_names(match_id) == []
 
 
-def test_kill_loop_loses_no_event_and_leaks_no_host(tmp_path: Path) -> None:
+def test_kill_loop_loses_no_event_and_leaks_no_host(arena_runs: ArenaRuns, tmp_path: Path) -> None:
     """SIGKILL at random moments; every committed event survives, resume closes each."""
     import random
 
     rng = random.Random(7)
     for round_ in range(3):
         db = tmp_path / f"loop{round_}.db"
-        process = start_match(db, "a=scripted:reference", "b=scripted:volatile")
+        process = start_match(arena_runs, db, "a=scripted:reference", "b=scripted:volatile")
         try:
             wait_for_event(db, "match_created")
             time.sleep(rng.uniform(0.5, 12.0))
@@ -144,11 +147,11 @@ def test_kill_loop_loses_no_event_and_leaks_no_host(tmp_path: Path) -> None:
         assert podman_names(match_id) == []
 
 
-def test_resume_after_a_kill_during_a_host_reboot(tmp_path: Path) -> None:
+def test_resume_after_a_kill_during_a_host_reboot(arena_runs: ArenaRuns, tmp_path: Path) -> None:
     """Killed while the referee rebooted a host: the log says "rebooting"; resume must
     see the host ready again and finish the match."""
     db = tmp_path / "log.db"
-    process = start_match(db, "ref=scripted:reference")
+    process = start_match(arena_runs, db, "ref=scripted:reference")
     match_id = kill_after(process, db, "host_state")  # the first host_state is "rebooting"
     try:
         # The kill lands a poll later; cut the log back so it ends at "rebooting".
@@ -185,13 +188,13 @@ def truncate_log(db: Path, match_id: str, last_seq: int) -> None:
 
 @pytest.mark.parametrize("provisioning", [1, 3], ids=["one-started", "all-started"])
 def test_resume_after_a_kill_during_provisioning_aborts_and_removes_everything(
-    tmp_path: Path, provisioning: int
+    arena_runs: ArenaRuns, tmp_path: Path, provisioning: int
 ) -> None:
     """Killed after `provisioning` of three host_provisioning events: territories still
     `pending` close as not-provisioned, those provisioning as failed, and every host the
     killed controller made is removed."""
     db = tmp_path / "log.db"
-    process = start_match(db, "a=scripted:idle", "b=scripted:idle", "c=scripted:idle")
+    process = start_match(arena_runs, db, "a=scripted:idle", "b=scripted:idle", "c=scripted:idle")
     match_id = kill_after(process, db, "preflight")
     try:
         starts = seqs_of(db, match_id, "host_provisioning")
@@ -211,13 +214,17 @@ def test_resume_after_a_kill_during_provisioning_aborts_and_removes_everything(
         subprocess.run([*OPSARENA, "hosts", "cleanup", "--match", match_id], check=False)
 
 
-def test_resume_after_a_kill_while_draining_closes_the_match(tmp_path: Path) -> None:
+def test_resume_after_a_kill_while_draining_closes_the_match(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     """Killed after match_finished (winner decided, an agent ignoring SIGTERM keeps the
     drain going, hosts still up): resume keeps the winner, ends the agents, removes the
     hosts and closes."""
     db = tmp_path / "log.db"
     stubborn = script(tmp_path / "stubborn.sh", "#!/bin/sh\ntrap '' TERM\nsleep 300\n")
-    process = start_match(db, "ref=scripted:reference", f"slow=command:{stubborn}", drain_s=60)
+    process = start_match(
+        arena_runs, db, "ref=scripted:reference", f"slow=command:{stubborn}", drain_s=60
+    )
     match_id = kill_after(process, db, "match_finished")
     try:
         assert podman_names(match_id), "the drain should still hold the hosts"

@@ -35,7 +35,7 @@ from opsarena.match.events import (
     TerritorySpec,
 )
 from opsarena.store import SqliteEventStore
-from tests.conftest import new_match_id
+from tests.conftest import ArenaRuns, new_match_id
 from tests.security.hunters import CAREFUL_FORGER, FORGER
 
 pytestmark = pytest.mark.hosts
@@ -49,10 +49,11 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
-def play_while_forging(db: Path, work: Path) -> subprocess.CompletedProcess[str]:
+def play_while_forging(runs: ArenaRuns, db: Path, work: Path) -> subprocess.CompletedProcess[str]:
     """`opsarena run` of `ref` (reference) and `idle`, with the forger in `work` run from
     outside the cage once the match has started; returns the run's result."""
-    run = subprocess.Popen(
+    run = runs.start(
+        db,
         [*OPSARENA, "run", "--quiet", "--db", str(db), "--time-limit", "120",
          "--builder", "idle=scripted:idle", "--builder", "ref=scripted:reference"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -91,6 +92,7 @@ def _started_match(db: Path, run: subprocess.Popen[str]) -> str:
 
 
 def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_on(
+    arena_runs: ArenaRuns,
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "log.db"
@@ -98,7 +100,7 @@ def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_o
     work.mkdir()
     (work / "forger.py").write_text(FORGER)
     (work / "db").write_text(str(db))
-    played = play_while_forging(db, work)
+    played = play_while_forging(arena_runs, db, work)
     assert played.returncode == 0, played.stderr
     first = int((work / "forged").read_text())
     match_id = cli("ls", "--db", str(db)).stdout.splitlines()[1].split()[0]
@@ -117,6 +119,7 @@ def test_ten_forged_rows_in_a_running_match_are_quarantined_and_the_match_goes_o
 
 
 def test_an_edit_with_the_chain_redone_is_still_found_by_the_controller_at_the_close(
+    arena_runs: ArenaRuns,
     tmp_path: Path,
 ) -> None:
     """The chain holds no secret: a forger with the file can edit an event and redo every
@@ -127,7 +130,7 @@ def test_an_edit_with_the_chain_redone_is_still_found_by_the_controller_at_the_c
     work.mkdir()
     (work / "forger.py").write_text(CAREFUL_FORGER)
     (work / "db").write_text(str(db))
-    played = play_while_forging(db, work)
+    played = play_while_forging(arena_runs, db, work)
     assert played.returncode == 0, played.stderr
     edited = int((work / "forged").read_text())
     match_id = cli("ls", "--db", str(db)).stdout.splitlines()[1].split()[0]

@@ -104,10 +104,14 @@ def test_events_follow_ends_when_the_match_closes(db: Path) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    with SqliteEventStore(db) as store:
-        for e in rest[12:]:
-            store.append_blocking("late2", str(e["type"]), e["data"], int(e["t_ms"]))  # type: ignore[arg-type]
-    stdout, _ = follower.communicate(timeout=60)
+    try:
+        with SqliteEventStore(db) as store:
+            for e in rest[12:]:
+                store.append_blocking("late2", str(e["type"]), e["data"], int(e["t_ms"]))  # type: ignore[arg-type]
+        stdout, _ = follower.communicate(timeout=60)
+    finally:
+        follower.kill()  # it follows until the match closes: never past the test
+        follower.wait()
     assert follower.returncode == 0
     assert [json.loads(line)["seq"] for line in stdout.splitlines()] == list(
         range(1, len(rest) + 1)

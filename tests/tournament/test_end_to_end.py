@@ -25,7 +25,7 @@ from opsarena.errors import NoEventLogError
 from opsarena.store import SqliteEventStore
 from opsarena.tournament import fold_tournament, stream_id
 from opsarena.tournament.record import TournamentRecord
-from tests.conftest import new_match_id, podman_names
+from tests.conftest import ArenaRuns, new_match_id, podman_names
 
 pytestmark = pytest.mark.hosts
 
@@ -69,11 +69,13 @@ def wait_until_mid_tournament(
 
 
 def test_the_example_tournament_survives_a_kill_and_ranks_the_flawed_below(
+    arena_runs: ArenaRuns,
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "log.db"
     tournament_id = new_match_id("tour")
-    run = subprocess.Popen(
+    run = arena_runs.start(
+        db,
         [*OPSARENA, "tournament", "run", str(EXAMPLE), "--id", tournament_id, "--db", str(db),
          "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import new_match_id, podman_names
+from tests.conftest import ArenaRuns, new_match_id, podman_names
 from tests.web.test_browser import ARTIFACTS, WAIT_S, _chromium, _wait_for, served
 
 pytestmark = pytest.mark.hosts
@@ -38,7 +38,7 @@ __all__ = ["served"]  # the fixture, imported for this module
 
 
 def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
-    served: tuple[str, Path], tmp_path: Path
+    served: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
 ) -> None:
     from playwright.sync_api import Route, expect, sync_playwright
 
@@ -49,7 +49,8 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
     tournament_id = new_match_id("tour")
     missing = httpx.get(f"{url}/api/tournaments/{tournament_id}", timeout=10)
     assert missing.status_code == 404
-    run = subprocess.Popen(
+    run = arena_runs.start(
+        db,
         [*OPSARENA, "tournament", "run", str(file), "--id", tournament_id, "--db", str(db),
          "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import new_match_id, podman_names
+from tests.conftest import ArenaRuns, new_match_id, podman_names
 from tests.tournament.test_end_to_end import match_events, read_tournament
 
 pytestmark = pytest.mark.hosts
@@ -32,12 +32,15 @@ agent = "scripted:idle"
 """
 
 
-def test_sigterm_stops_every_running_match_and_starts_no_other(tmp_path: Path) -> None:
+def test_sigterm_stops_every_running_match_and_starts_no_other(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     file = tmp_path / "t.toml"
     file.write_text(FILE)
     db = tmp_path / "log.db"
     tournament_id = new_match_id("tour")
-    run = subprocess.Popen(
+    run = arena_runs.start(
+        db,
         [*OPSARENA, "tournament", "run", str(file), "--id", tournament_id, "--db", str(db),
          "--quiet", "--parallel", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

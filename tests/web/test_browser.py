@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.records_service import APP, UNIT
+from tests.conftest import ArenaRuns
 
 pytestmark = pytest.mark.hosts
 
@@ -107,7 +108,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         log.close()
 
 
-def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> None:
+def test_chip_turns_passed_live(
+    served: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     executable = _chromium()
@@ -119,7 +122,8 @@ def test_chip_turns_passed_live(served: tuple[str, Path], tmp_path: Path) -> Non
     (work / "app.py").write_text(APP)
     (work / "records.service").write_text(UNIT)
     gated = f"command:/usr/bin/python3 {work / 'gated.py'} {work}"
-    match = subprocess.Popen(
+    match = arena_runs.start(
+        db,
         _cli(
             "run",
             "--quiet",

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from opsarena.store import open_store
+from tests.conftest import ArenaRuns
 from tests.web.conftest import opsarena
 
 
@@ -40,11 +41,15 @@ def test_serve_refuses_a_file_that_is_not_an_event_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.hosts
-def test_run_serve_prints_the_url_serves_the_match_and_stops(tmp_path: Path) -> None:
+def test_run_serve_prints_the_url_serves_the_match_and_stops(
+    arena_runs: ArenaRuns, tmp_path: Path
+) -> None:
     db = tmp_path / "served.db"
     command = [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--serve"]
     command += ["--db", str(db), "--builder", "a=scripted:reference"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    process = arena_runs.start(
+        db, command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert process.stderr is not None
         lines = []

@@ -57,14 +57,12 @@ def now_ticks() -> int:
 def alive(proc: Proc) -> bool:
     """Whether `proc` (this very process, not a reuse of its pid) still runs. A zombie
     counts as gone: it holds no socket and runs nothing."""
-    if start_time(proc.pid) != proc.start:
-        return False
-    try:
+    try:  # one read for both (asked before every probe's connect)
         with open(f"/proc/{proc.pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return int(fields[19]) == proc.start and fields[0] not in (b"Z", b"X")
+    except (OSError, IndexError, ValueError):
         return False
-    return state not in (b"Z", b"X")
 
 
 def host_processes(init_pid: int) -> list[Proc]:

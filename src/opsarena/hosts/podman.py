@@ -60,7 +60,7 @@ from opsarena.errors import (
     ServiceRestartError,
     UnitMissingError,
 )
-from opsarena.hosts import crash, diskloss, kernel, powerdisk
+from opsarena.hosts import crash, diskcount, diskloss, kernel, powerdisk
 from opsarena.hosts.base import (
     DEFAULT_FILE_LIMIT,
     DEFAULT_OUTPUT_LIMIT,
@@ -81,7 +81,8 @@ from opsarena.hosts.idmap import IdRange
 from opsarena.hosts.kernel import Proc
 from opsarena.hosts.netns import socket_in_netns
 from opsarena.hosts.process import ProcessResult, run_process
-from opsarena.hosts.systemd_bus import BusError, SystemdBus, report_empty_cgroup
+from opsarena.hosts.runc import runc_containers
+from opsarena.hosts.systemd_bus import BusError, KeptBus, SystemdBus, report_empty_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -387,6 +388,12 @@ the unit's cgroup may be empty (`systemd_bus.report_empty_cgroup`)."""
 REMOVE_ATTEMPTS = 5
 """`remove` tries this many times while podman finds the host's shm mount busy."""
 
+READY_POLL_FIRST_S = 0.02
+READY_POLL_MAX_S = 0.5
+"""`wait_ready` asks again after 20 ms, then twice as long each time up to 500 ms: a boot
+takes seconds, and at a steady 20 ms, with 32 hosts booting, parsing systemd's answers
+took 7 % of the controller's Python time (docs/PERFORMANCE.md)."""
+
 DISK_COUNT_S = 30.0
 """`disk_use` counts a host's writable layer (bytes, then inodes) within this long."""
 
@@ -536,6 +543,7 @@ class PodmanHost(Host):
         self.last_crash_restart_ms: int | None = None
         """Milliseconds from the last `crash_service` kill to the new main process."""
         self.last_restart: ServiceRestart | None = None
+        self._kept_bus = KeptBus()
 
     @property
     def boots(self) -> int:
@@ -669,8 +677,14 @@ class PodmanHost(Host):
         if not _UNIT_RE.match(unit):
             raise UnitMissingError(f"{unit!r} is not a systemd unit name")
         pid = await self._init_pid()
-        with await self._bus("asking systemd about " + unit, 10.0) as bus:
-            state = await asyncio.to_thread(bus.unit_state, unit)
+        try:  # asked at every health check: on the connection kept for it
+            state = await asyncio.to_thread(
+                self._kept_bus.ask, pid, 10.0, lambda bus: bus.unit_state(unit)
+            )
+        except BusError as exc:
+            raise HostUnavailableError(
+                f"asking systemd about {unit} in {self.name}: {exc}"
+            ) from exc
         if state.load != "loaded":
             raise UnitMissingError(
                 f"unit {unit} does not exist in {self.name} ({state.load or 'unknown'})"
@@ -801,6 +815,7 @@ class PodmanHost(Host):
         last = "not started"
         answered = False
         bus: SystemdBus | None = None
+        pause = READY_POLL_FIRST_S
         try:
             while (remaining := deadline - time.monotonic()) > 0:
                 try:
@@ -822,7 +837,8 @@ class PodmanHost(Host):
                     if bus is not None:
                         bus.close()
                         bus = None
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, READY_POLL_MAX_S)
         finally:
             if bus is not None:
                 bus.close()
@@ -865,20 +881,20 @@ class PodmanHost(Host):
         One program started for both (the controller counts every host every second: a
         start of this process costs more than the count). Raises `DiskMeasureError` past
         `deadline` or without both totals."""
-        counted = await run_process(
-            ["/bin/sh", "-c", 'du -sx -B1 -- "$1"; a=$?; du -sx --inodes -- "$1"; '
-             'exit $(( a | $? ))', "du", upper],
-            timeout=max(0.1, deadline - time.monotonic()),
-            output_limit=4096,
-        )  # fmt: skip
-        if counted.timed_out:
-            raise DiskMeasureError(f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s")
-        totals = [line.split()[0] for line in counted.stdout.decode().splitlines() if line]
+        try:  # by a kept helper: starting a program here costs more than the count
+            counted = await diskcount.count(upper, max(0.1, deadline - time.monotonic()))
+        except OSError as exc:
+            raise DiskMeasureError(f"cannot measure the disk of {self.name}: {exc}") from exc
+        if counted.code is None:
+            raise DiskMeasureError(
+                f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s"
+            )
+        totals = [line.split()[0] for line in counted.out.splitlines() if line]
         if len(totals) != 2 or not all(total.isdigit() for total in totals):
             raise DiskMeasureError(
-                f"cannot measure the disk of {self.name}: {_last_line(counted.stderr)}"
+                f"cannot measure the disk of {self.name}: {_last_line(counted.err.encode())}"
             )
-        return (int(totals[0]), int(totals[1])), counted.returncode != 0
+        return (int(totals[0]), int(totals[1])), counted.code != 0
 
     async def freeze_disk(self) -> None:
         pid = await self._init_pid()
@@ -1325,10 +1341,7 @@ class PodmanDriver(HostDriver):
         swept: list[str] = []
         runc = shutil.which("runc")
         if runc is not None:
-            listed = await run_process(
-                [runc, "--root", RUNC_ROOT, "list", "--format", "json"], timeout=PODMAN_TIMEOUT
-            )
-            for row in json.loads(listed.stdout or b"null") or []:
+            for row in await runc_containers(runc, RUNC_ROOT, timeout=PODMAN_TIMEOUT):
                 annotations = row.get("annotations") or {}
                 ours = annotations.get(LABEL_MATCH)
                 if ours is None or row["id"] in known or match_id not in (None, ours):

@@ -25,11 +25,12 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jeepney import (  # type: ignore[import-untyped]
     DBusAddress,
@@ -59,6 +60,8 @@ NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 UNKNOWN_OBJECT = ("org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.systemd1.NoSuchJob")
 MAX_MESSAGE = 1024 * 1024
 """Largest reply accepted from a host's systemd (its answers here are a few hundred bytes)."""
+
+T = TypeVar("T")
 
 CONNECTOR = str(Path(__file__).with_name("bus_connector.py"))
 """The arena's own connector program (see `bus_connector`), run by path from the package."""
@@ -122,6 +125,8 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
         _run_connector(init_pid, start, theirs, [], timeout=timeout)
         ours.settimeout(timeout)
         _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
+    except TimeoutError as exc:
+        raise BusError(f"the bus connector handed no socket within {timeout:g}s") from exc
     finally:
         ours.close()
         theirs.close()
@@ -140,6 +145,12 @@ def connect_private_bus(init_pid: int, *, timeout: float) -> socket.socket:
             )
         _authenticate(sock)
         return sock
+    except TimeoutError as exc:  # a systemd busy booting under load: not up yet
+        sock.close()
+        raise BusError(f"the host's systemd did not authenticate within {timeout:g}s") from exc
+    except OSError as exc:  # reset or closed by a systemd going away
+        sock.close()
+        raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
     except BaseException:
         sock.close()
         raise
@@ -222,6 +233,9 @@ class SystemdBus:
         self.serial = 0
         try:
             self._wait_until_heard(timeout)
+        except OSError as exc:  # reset or closed by a systemd going away
+            self.sock.close()
+            raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
         except BaseException:
             self.sock.close()
             raise
@@ -255,6 +269,22 @@ class SystemdBus:
                     return
         raise BusError(f"the host's systemd did not answer within {timeout:g}s")
 
+    def open(self) -> bool:
+        """Whether the connection is still up: systemd has not closed it (a daemon-reexec,
+        its host's reboot) and nothing unasked-for is waiting on it."""
+        if self.sock.fileno() < 0:
+            return False
+        try:
+            self.sock.setblocking(False)
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True  # nothing to read: open and quiet
+        except OSError:
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
+        return False  # closed (EOF), or bytes nobody asked for: start afresh
+
     def __enter__(self) -> SystemdBus:
         return self
 
@@ -276,8 +306,11 @@ class SystemdBus:
         error name) when systemd answers with an error."""
         self.serial += 1
         message = new_method_call(DBusAddress(path, SYSTEMD, interface), method, signature, body)
-        self.sock.sendall(message.serialise(serial=self.serial))
-        reply = self._reply(self.serial)
+        try:
+            self.sock.sendall(message.serialise(serial=self.serial))
+            reply = self._reply(self.serial)
+        except OSError as exc:  # reset or closed by a systemd going away
+            raise BusError(f"the host's systemd dropped the bus: {exc}") from exc
         if reply.header.message_type == MessageType.error:
             name = str(reply.header.fields.get(HeaderFields.error_name, ""))
             text = str(reply.body[0]) if reply.body else name
@@ -362,6 +395,43 @@ class SystemdBus:
                 return False
             raise
         return True
+
+
+class KeptBus:
+    """One host's connection to its systemd, kept between questions (one per question
+    started the connector program and authenticated each time: at 32 hosts, with a
+    health check a second each, that was a good part of the controller's CPU).
+
+    `ask` runs one question at a time (from any thread) on the connection to the
+    systemd running as `init_pid`, connecting first when there is none, when the host
+    booted again (another init) or when systemd closed it; a question that fails
+    drops the connection (the next one connects again) and raises."""
+
+    def __init__(self) -> None:
+        self._bus: SystemdBus | None = None
+        self._lock = threading.Lock()
+
+    def ask(self, init_pid: int, timeout: float, question: Callable[[SystemdBus], T]) -> T:
+        with self._lock:
+            bus = self._bus
+            if bus is not None and (bus.init_pid != init_pid or not bus.open()):
+                bus.close()
+                bus = self._bus = None
+            if bus is None:
+                bus = self._bus = SystemdBus(init_pid, timeout=timeout)
+            bus.timeout = timeout
+            try:
+                return question(bus)
+            except BaseException:
+                bus.close()
+                self._bus = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bus is not None:
+                self._bus.close()
+                self._bus = None
 
 
 @dataclass(frozen=True)

@@ -575,8 +575,6 @@ async def reread_ledger(
     excused: list[str] = []
 
     async def reread(entry: Entry) -> None:
-        values = [regenerate(seed, dataclasses.replace(s, territory=ctx.territory))
-                  for s in entry.slots]  # fmt: skip
         target = f"/records/{entry.id}"
         step = f"{fault.after}, ledger re-read: GET {target}"
         async with gate:
@@ -600,7 +598,12 @@ async def reread_ledger(
             return
         if outcome is not None:
             pending.count(outcome, entry.id)
-        # The ledger keeps hashes only: a stale body is known by its hash already.
+        # The ledger keeps hashes only: a stale body is known by its hash already. The
+        # values are regenerated only now, to say how the body differs: a 1 MiB value
+        # takes milliseconds, and regenerating every entry re-read was most of the
+        # re-read's CPU at 32 territories (docs/PERFORMANCE.md).
+        values = [regenerate(seed, dataclasses.replace(s, territory=ctx.territory))
+                  for s in entry.slots]  # fmt: skip
         older = [response.body] if outcome == "stale" else []
         verdict = judge_read(
             response, values[0], step=step, also=values[1:], older=older,
