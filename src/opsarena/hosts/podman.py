@@ -30,12 +30,13 @@ import logging
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,13 +203,16 @@ class Podman:
         timeout: float = PODMAN_TIMEOUT,
         input: bytes | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        on_overflow: Callable[[], Awaitable[None]] | None = None,
     ) -> ProcessResult:
-        """Run `podman ARGS`. Raises `HostUnavailableError` when podman itself hangs."""
+        """Run `podman ARGS` (`run_process` says what `on_overflow` does). Raises
+        `HostUnavailableError` when podman itself hangs."""
         result = await run_process(
             [self.binary, *self.global_flags, *args],
             timeout=timeout,
             input=input,
             output_limit=output_limit,
+            on_overflow=on_overflow,
         )
         if result.timed_out:
             raise HostUnavailableError(f"podman {args[0]} did not answer within {timeout:g}s")
@@ -581,7 +585,10 @@ class PodmanHost(Host):
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        podman_args = ["exec"]
+        # Marked, so that output past `output_limit` ends the command where it runs
+        # (`kernel.end_exec`) instead of being read away while it floods on.
+        marker = secrets.token_hex(8)
+        podman_args = ["exec", "--env", f"{kernel.EXEC_MARK}={marker}"]
         if input is not None:
             podman_args.append("--interactive")
         if user is not None:
@@ -589,8 +596,16 @@ class PodmanHost(Host):
         # `timeout` runs inside the host and SIGKILLs the command's whole process group,
         # so a command past its time is really gone, not merely abandoned.
         podman_args += [self.name, "timeout", "--signal=KILL", f"{timeout:.3f}s", *argv]
+
+        async def end() -> None:
+            await asyncio.to_thread(kernel.end_exec, await self._init_pid(), marker)
+
         result = await self.podman.run(
-            *podman_args, timeout=timeout + 15.0, input=input, output_limit=output_limit
+            *podman_args,
+            timeout=timeout + 15.0,
+            input=input,
+            output_limit=output_limit,
+            on_overflow=end,
         )
         code = result.returncode
         if code in (125, 126, 255) and result.stderr.startswith(b"Error: "):
@@ -711,9 +726,11 @@ class PodmanHost(Host):
                         )
                     # systemd may wait in stop-sigterm for a cgroup-empty event that never
                     # comes on a v1 machine (`report_empty_cgroup`): tell it once it is empty.
-                    if time.monotonic() - nudged >= CGROUP_NUDGE_S and not any(
-                        kernel.alive(proc) for proc in before
-                    ) and not await asyncio.to_thread(kernel.cgroup_members, cgroup, pid):
+                    if (
+                        time.monotonic() - nudged >= CGROUP_NUDGE_S
+                        and not any(kernel.alive(proc) for proc in before)
+                        and not await asyncio.to_thread(kernel.cgroup_members, cgroup, pid)
+                    ):
                         await self._report_empty(pid, state.cgroup)
                         nudged = time.monotonic()
                     await asyncio.sleep(0.02)
@@ -839,9 +856,7 @@ class PodmanHost(Host):
                 inspected = await self._inspect()
                 upper = (inspected.get("GraphDriver", {}).get("Data") or {}).get("UpperDir")
                 if not upper:
-                    raise HostUnavailableError(
-                        f"{self.name} has no writable layer podman can show"
-                    )
+                    raise HostUnavailableError(f"{self.name} has no writable layer podman can show")
                 self._upper = str(upper)
         return self._upper
 
@@ -858,9 +873,7 @@ class PodmanHost(Host):
             output_limit=4096,
         )  # fmt: skip
         if counted.timed_out:
-            raise DiskMeasureError(
-                f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s"
-            )
+            raise DiskMeasureError(f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s")
         totals = [line.split()[0] for line in counted.stdout.decode().splitlines() if line]
         if len(totals) != 2 or not all(total.isdigit() for total in totals):
             raise DiskMeasureError(
@@ -1154,9 +1167,7 @@ class PodmanDriver(HostDriver):
     """Hosts as podman containers. See `HostDriver`."""
 
     name = "podman"
-    faults = frozenset(
-        {"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT, FAULT_DISK_LOSS}
-    )
+    faults = frozenset({"restart", "reboot", FAULT_SERVICE_CRASH, FAULT_POWER_CUT, FAULT_DISK_LOSS})
 
     def __init__(self, podman: Podman | None = None) -> None:
         self.podman = podman or Podman()
