@@ -239,7 +239,9 @@ function transcriptEntry(event) {
   let head = "";
   if (kind === "tool_call") head = `${entry.name}(${entry.arguments || ""})`;
   else if (kind === "exec") head = `$ ${entry.command}` + (entry.exit_code !== undefined ? ` → exit ${entry.exit_code}` : "");
+  else if (kind === "exec_request") head = `$ ${entry.command}`;
   else if (kind === "put") head = `put ${entry.path} (${entry.bytes} bytes)`;
+  else if (kind === "put_request") head = `put ${entry.path} (${entry.bytes} bytes, mode ${entry.mode})`;
   else if (kind === "retry") head = `attempt ${entry.attempt}, retry in ${entry.delay_s}s`;
   else if (kind === "tool_result") head = entry.name || "";
   else if (kind === "assistant" || kind === "discarded") head = servedBy(entry);
