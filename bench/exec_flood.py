@@ -13,7 +13,9 @@ Each run has three conditions, interleaved so the machine's load reaches all ali
 - flood, ended: the same, with each exec ended at its output limit (the arena now).
 Measured over `--window` seconds of flood (the neighbour deploys inside it): this
 process's CPU (the controller's part: the gate, the readers), the whole machine's busy
-CPU (from /proc/stat), how many floods ran, and the neighbour's deployment time (the
+CPU (from /proc/stat), the bytes this process read (`rchar`: what the drain costs,
+whatever the machine's load lets it reach), how many floods ran, and the neighbour's
+deployment time (the
 `reference` builder's run on a fresh host, through its own capped handle).
 Needs podman, bubblewrap and the host image; uses its own match ids, removes its hosts,
 and writes bench/results/exec_flood.json.
@@ -60,6 +62,12 @@ def machine_busy() -> float:
         fields = [int(v) for v in stat.readline().split()[1:]]
     idle = fields[3] + fields[4]
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_reads() -> int:
+    """Bytes this process has read (`rchar`: files, pipes and sockets alike)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
 
 def own_cpu() -> float:
@@ -115,7 +123,7 @@ async def condition(
         )  # fmt: skip
         storm = asyncio.create_task(CommandAgent([str(program)], grace_s=1.0).run(ctx))
         await asyncio.sleep(3.0)  # both floods are running before the window opens
-    cpu, busy, since = own_cpu(), machine_busy(), time.monotonic()
+    cpu, busy, reads, since = own_cpu(), machine_busy(), own_reads(), time.monotonic()
     try:
         deploy = await neighbour_deploys(match_id, run, name)
         await asyncio.sleep(max(0.0, window - (time.monotonic() - since)))
@@ -123,6 +131,7 @@ async def condition(
         result = {
             "neighbour_deploy_s": deploy,
             "controller_cpu_pct": 100 * (own_cpu() - cpu) / elapsed,
+            "controller_read_mb_per_s": (own_reads() - reads) / elapsed / 1e6,
             "machine_busy_pct": 100 * (machine_busy() - busy) / elapsed,
             "floods_started": float(floods),
         }
@@ -159,7 +168,8 @@ async def main() -> None:
                 results[name].append(result)
                 print(
                     f"run {run + 1} {name}: neighbour deploy {result['neighbour_deploy_s']:.2f} s, "
-                    f"controller {result['controller_cpu_pct']:.1f} % of a core, machine "
+                    f"controller {result['controller_cpu_pct']:.1f} % of a core, "
+                    f"{result['controller_read_mb_per_s']:.1f} MB/s read, machine "
                     f"{result['machine_busy_pct']:.0f} %, {result['floods_started']:.0f} floods",
                     flush=True,
                 )

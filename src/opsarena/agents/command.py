@@ -452,9 +452,9 @@ class _Gate:
         self.tasks: set[asyncio.Task[None]] = set()
         self.refused = 0
         self.failed = 0
+        """Requests the gate failed on (an arena bug, answered with exit code 2)."""
         self.unrecorded = 0
         """Requests refused because they could not be recorded before they ran."""
-        """Requests the gate failed on (an arena bug, answered with exit code 2)."""
         self.budget = _Budget(GATE_BUDGET)
         self._readers = asyncio.Semaphore(GATE_READERS)
         self._connections = asyncio.Semaphore(GATE_CONNECTIONS)
@@ -617,7 +617,7 @@ class _Gate:
             try:
                 await host.write_file(path, payload, mode=mode)
             except HostError as exc:
-                await self._record({"kind": "put", **shown, "error": str(exc)})
+                await self._record({"kind": "put", **shown, "error": clip(str(exc))})
                 code = 255 if isinstance(exc, HostUnavailableError) else 1
                 return {"exit_code": code, "error": str(exc)}, b"", b""
             await self._record({"kind": "put", **shown})

@@ -280,7 +280,7 @@ END_EXEC_ROUNDS = 20
 def _marked(pid: int, needle: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
-            return needle in b"\0" + environ.read()
+            return needle in b"\0" + environ.read(1024 * 1024)  # podman's: a few KiB
     except OSError:
         return False
 
@@ -294,11 +294,12 @@ def _stat_field(pid: int, index: int) -> int | None:
         return None
 
 
-def _fd_targets(pid: int) -> dict[str, str]:
-    """What each of `pid`'s fds points at (`pipe:[N]`, a path, ...), by fd number."""
+def _fd_targets(pid: int, limit: int = SCAN_LIMIT) -> dict[str, str]:
+    """What each of `pid`'s fds points at (`pipe:[N]`, a path, ...), by fd number; at
+    most `limit` of them."""
     found = {}
     with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
+        for fd in os.listdir(f"/proc/{pid}/fd")[:limit]:
             with contextlib.suppress(OSError):
                 found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
     return found
@@ -329,15 +330,17 @@ def end_exec(init_pid: int, marker: str) -> int:
                     groups.add(group)
                 fds = _fd_targets(proc.pid)
                 pipes.update(fds[fd] for fd in ("1", "2") if fds.get(fd, "").startswith("pipe:"))
-        targets = [
-            proc
-            for proc in processes
-            if (
-                _stat_field(proc.pid, 2) in groups
-                or (pipes and not pipes.isdisjoint(_fd_targets(proc.pid).values()))
-            )
-            and alive(proc)
-        ]
+        targets = []
+        budget = SCAN_LIMIT  # open files read a round: a host cannot make this unbounded
+        for proc in processes:
+            if _stat_field(proc.pid, 2) in groups:
+                targets.append(proc)
+            elif pipes and budget > 0:
+                fds = _fd_targets(proc.pid, budget)
+                budget -= len(fds)
+                if not pipes.isdisjoint(fds.values()):
+                    targets.append(proc)
+        targets = [proc for proc in targets if alive(proc)]
         if not targets:
             break
         killed += sum(signal_process(proc) for proc in targets)
