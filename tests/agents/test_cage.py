@@ -150,6 +150,27 @@ def test_the_token_bucket_refills_at_its_rate_up_to_its_burst() -> None:
         TokenBucket(rate=0.0, burst=1, now=0.0)
 
 
+def test_a_charge_takes_tokens_below_empty_and_later_operations_wait_for_them() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
+    bucket.charge(8.0, 0.0)  # an exec that flooded 2 MiB: 8 operations' worth
+    assert bucket.delay(0.0) == pytest.approx(3.0)  # 3 - 8 - 1 = -6 tokens: 3 s away
+    bucket.charge(1.0, 100.0)  # refilled to the burst first, never above it
+    assert [bucket.delay(100.0) for _ in range(2)] == [0.0, 0.0]
+    assert bucket.delay(100.0) == pytest.approx(0.5)
+
+
+@pytest.mark.hosts
+async def test_what_an_exec_floods_costs_its_competitor_operations(agents_host: Host) -> None:
+    host = ThrottledHost(agents_host, limit=2, rate=2.0, burst=20)
+    flood = await host.exec("cat /dev/zero", timeout=60)
+    assert flood.truncated and host.read_bytes == len(flood.stdout) == 1 << 20
+    # One start and 1 MiB read (4 operations' worth): without the charge it would be
+    # back near the burst (20) by now.
+    assert host._bucket.tokens < 20 - 3
+    quiet = await host.exec("true", timeout=60)
+    assert host.read_bytes == 1 << 20 and quiet.exit_code == 0
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making cgroups needs root")
 def test_a_cage_has_its_limits_is_found_again_by_its_match_and_removed() -> None:
     match_id = new_match_id("cage")

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.agents.contexts import Events, alive, cmdline, recording_context, script
@@ -18,6 +19,7 @@ from opsarena.agents import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.errors import AgentConfigError
 from opsarena.hosts import Host, HostDriver
+from opsarena.store import encode_event_data
 
 __all__ = ["agents_host"]  # fixture
 
@@ -67,8 +69,12 @@ async def test_a_script_deploys_a_durable_service_through_exec_and_put(
     assert output(events, "stderr").endswith("records.service.\nto-stderr\n")
     assert await host.read_file("/tmp/piped") == b"piped"
     transcript = [d["entry"] for k, d in events if k == "transcript"]
-    assert [e["kind"] for e in transcript] == ["put", "put", "exec", "exec", "exec"]
-    assert transcript[3]["exit_code"] == 7
+    # Each request is recorded before it is acted on, its result after.
+    assert [e["kind"] for e in transcript] == ["put_request", "put"] * 2 + [
+        "exec_request",
+        "exec",
+    ] * 3
+    assert transcript[7]["exit_code"] == 7 and transcript[6]["stdin_bytes"] == len("piped")
     await assert_durable(host)
 
 
@@ -216,6 +222,71 @@ async def test_exec_says_when_the_host_is_unreachable(
     assert (await CommandAgent([str(program)]).run(ctx)).terminal_state == "completed"
     assert output(events, "stdout") == "code 255\n"
     assert "the host is not reachable (it may be rebooting)" in output(events, "stderr")
+
+
+@pytest.mark.hosts
+async def test_a_request_that_cannot_be_recorded_is_refused_and_not_run(
+    agents_host: Host, tmp_path: Path
+) -> None:
+    """Whatever makes recording fail (here the log itself), the command and the put are
+    refused with a clear error and never reach the host; the gate goes on serving."""
+    program = script(
+        tmp_path / "a.sh",
+        """
+        #!/bin/sh
+        $OPSARENA_EXEC 'touch /tmp/unrecorded-exec'; echo "exec $?"
+        echo data > "$TMPDIR/f"; $OPSARENA_PUT "$TMPDIR/f" /tmp/unrecorded-put; echo "put $?"
+        """,
+    )
+    ctx, events = make_ctx(agents_host)
+    recorded = ctx.report
+
+    async def failing_log(kind: str, data: dict[str, Any]) -> None:
+        if kind == "transcript":
+            raise OSError(28, "No space left on device")
+        await recorded(kind, data)
+
+    ctx.report = failing_log
+    assert (await CommandAgent([str(program)]).run(ctx)).terminal_state == "completed"
+    assert output(events, "stdout") == "exec 2\nput 2\n"
+    assert output(events, "stderr").count("the arena cannot record this request") == 2
+    found = await agents_host.exec("ls /tmp/unrecorded-exec /tmp/unrecorded-put", timeout=30)
+    assert found.exit_code == 2, found
+
+
+@pytest.mark.hosts
+async def test_a_command_and_a_path_that_are_not_utf8_are_recorded_before_they_run(
+    agents_host: Host, tmp_path: Path
+) -> None:
+    """A `\\xff` in a command or a put's path reaches the gate as a lone surrogate, which
+    no JSON encoder writes: the transcript shows it escaped (with the SHA-256 of the
+    exact bytes), recorded before it runs."""
+    program = script(
+        tmp_path / "a.sh",
+        """
+        #!/bin/bash
+        $OPSARENA_EXEC $'echo ran > /tmp/ff-exec-\\xff'; echo "exec $?"
+        echo data > "$TMPDIR/f"; $OPSARENA_PUT "$TMPDIR/f" $'/tmp/ff-put-\\xff'; echo "put $?"
+        """,
+    )
+    ctx, events = make_ctx(agents_host)
+    recorded = ctx.report
+
+    async def store_like(kind: str, data: dict[str, Any]) -> None:
+        encode_event_data(kind, data)  # what every store does with an event's data
+        await recorded(kind, data)
+
+    ctx.report = store_like
+    assert (await CommandAgent([str(program)]).run(ctx)).terminal_state == "completed"
+    assert output(events, "stdout") == "exec 0\nput 0\n"
+    transcript = [d["entry"] for k, d in events if k == "transcript"]
+    assert [e["kind"] for e in transcript] == ["exec_request", "exec", "put_request", "put"]
+    assert transcript[0]["command"].startswith("echo ran > /tmp/ff-exec-\\xff\n[not UTF-8:")
+    assert transcript[2]["path"].startswith("/tmp/ff-put-\\xff\n[not UTF-8:")
+    found = await agents_host.exec(
+        ["ls", b"/tmp/ff-exec-\xff".decode(errors="surrogateescape")], timeout=30
+    )
+    assert found.exit_code == 0, found
 
 
 async def test_preflight_finds_missing_programs(tmp_path: Path) -> None:

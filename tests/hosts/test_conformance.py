@@ -118,10 +118,36 @@ async def test_large_output_is_truncated_and_flagged(shared_host: Host) -> None:
     result = await shared_host.exec(
         "head -c 3000000 /dev/zero; head -c 10 /dev/zero >&2", timeout=30, output_limit=1 << 20
     )
-    assert result.truncated and result.exit_code == 0
-    assert len(result.stdout) == 1 << 20 and result.stderr == b"\0" * 10
+    assert result.truncated and len(result.stdout) == 1 << 20
     small = await shared_host.exec("head -c 100 /dev/zero", timeout=10, output_limit=50)
     assert small.truncated and len(small.stdout) == 50
+
+
+async def test_a_command_flooding_past_the_limit_is_ended_with_what_writes_its_pipes(
+    shared_host: Host,
+) -> None:
+    """Past `output_limit` the command is ended, not read away until its timeout: its
+    group and a child that left the group but still writes the exec's pipe are killed; a
+    child that left the group and its pipes (a daemon it started) is not."""
+    marker = f"flood-{os.getpid()}"
+    result = await shared_host.exec(
+        f"setsid sleep 1000{marker[-3:]} >/dev/null 2>&1 < /dev/null & "
+        # (the daemon is on its own once it is in a session of its own)
+        'until [ "$(ps -o sid= -p $!)" != "$(ps -o sid= -p $$)" ]; do sleep 0.01; done; '
+        f"setsid bash -c 'exec -a {marker}-escaped cat /dev/zero' & "
+        f"exec -a {marker}-group cat /dev/zero",
+        timeout=60,
+        output_limit=1 << 20,
+    )
+    try:
+        assert result.truncated and not result.timed_out, result
+        assert len(result.stdout) == 1 << 20
+        left = await shared_host.exec(["pgrep", "-f", f"^[{marker[0]}]{marker[1:]}"], timeout=10)
+        assert left.exit_code == 1, f"the flood survived its exec: {left.stdout!r}"
+        daemon = await shared_host.exec(["pgrep", "-f", f"[s]leep 1000{marker[-3:]}"], timeout=10)
+        assert daemon.exit_code == 0, "a process that left the exec was killed with it"
+    finally:
+        await shared_host.exec(["pkill", "-f", f"[s]leep 1000{marker[-3:]}"], timeout=10)
 
 
 # --- files ------------------------------------------------------------------

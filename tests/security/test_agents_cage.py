@@ -48,7 +48,12 @@ def stream(events: Events, name: str) -> str:
 
 
 def transcript(events: Events) -> list[dict[str, object]]:
-    return [d["entry"] for k, d in events if k == "transcript"]
+    """The results the gate recorded (each after its `*_request` entry)."""
+    return [
+        d["entry"]
+        for k, d in events
+        if k == "transcript" and not str(d["entry"]["kind"]).endswith("_request")
+    ]
 
 
 async def run_attack(

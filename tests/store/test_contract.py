@@ -93,6 +93,20 @@ async def test_append_read_and_summaries(target: str) -> None:
         assert len(await store.list_matches(limit=1)) == 1
 
 
+async def test_a_read_holds_at_most_max_bytes_of_data_but_always_one_event(target: str) -> None:
+    with open_store(target) as store:
+        for i in range(6):  # 1000, 2000, ... 6000 bytes of "é" (2 bytes each): UTF-8 counts
+            await store.append("m", "agent_output", {"t": "é" * (500 * (i + 1))}, i)
+        sizes = [len(f'{{"t":"{"é" * (500 * (i + 1))}"}}'.encode()) for i in range(6)]
+        read = store.read
+        assert [e.seq for e in await read("m", max_bytes=sizes[0] + sizes[1])] == [1, 2]
+        assert [e.seq for e in await read("m", max_bytes=sizes[0] + sizes[1] - 1)] == [1]
+        assert [e.seq for e in await read("m", after=2, max_bytes=1)] == [3]  # one, always
+        assert [e.seq for e in await read("m", after=2, limit=2, max_bytes=10**6)] == [3, 4]
+        assert [e.seq for e in await read("m", after=4, max_bytes=10**6)] == [5, 6]
+        assert await read("m", after=6, max_bytes=1) == []
+
+
 async def test_data_comes_back_as_written(target: str) -> None:
     # Key order, nesting and unicode survive (PostgreSQL keeps the text, not jsonb).
     data = {"z": 1, "a": [1, {"y": "\u2603", "b": 2.5}], "m": "line\nbreak\t\u0000ok"}

@@ -16,7 +16,10 @@ Nothing else of the arena's environment (no API key, no OPSARENA_DB) reaches it.
 OPSARENA_EXEC and OPSARENA_PUT are executables (usable from any language); they talk to
 the gate, a unix socket this agent serves, visible only in this program's mount
 namespace. The gate answers only this program's user (SO_PEERCRED) presenting this
-agent's token, acts through `ctx.host` and records each action as a transcript entry.
+agent's token, acts through `ctx.host` and records each action as two transcript
+entries: the request (`exec_request`, `put_request`) before anything is done, its result
+(`exec`, `put`) after. A request that cannot be recorded is refused (exit code 2) and
+not run. Commands, paths and output reach the log clipped (`agents.clip`).
 
 Exit 0 → completed, successful; non-zero → failed, `failure_source` "player", exit code in
 `terminal_detail`. Stdout and stderr are reported as "output" chunks, at most
@@ -62,6 +65,7 @@ from opsarena.agents.cage import (
     sandbox_tools,
     seccomp_program,
 )
+from opsarena.agents.clip import clip
 from opsarena.agents.spec import AgentSettings
 from opsarena.errors import AgentConfigError, HostError, HostUnavailableError
 from opsarena.hosts import DEFAULT_FILE_LIMIT, DEFAULT_OUTPUT_LIMIT
@@ -71,7 +75,7 @@ log = logging.getLogger(__name__)
 OUTPUT_LIMIT = 1024 * 1024
 """Bytes of each of the program's streams reported as output."""
 TRANSCRIPT_OUTPUT_LIMIT = 4096
-"""Characters of an exec's stdout and stderr kept in its transcript entry."""
+"""Bytes of an exec's stdout and stderr kept in its transcript entry (`clip`)."""
 MAX_EXEC_TIMEOUT = 3600.0
 DEFAULT_GRACE = 5.0
 _CHUNK = 8192
@@ -406,9 +410,7 @@ class _Budget:
         self.free = total
         self.peak = 0
         """The most bytes taken at once (for tests and the bench)."""
-        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = (
-            collections.deque()
-        )
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     async def take(self, size: int) -> None:
         if not 0 <= size <= self.total:
@@ -470,6 +472,10 @@ class _Gate:
         self.token = token
         self.tasks: set[asyncio.Task[None]] = set()
         self.refused = 0
+        self.failed = 0
+        """Requests the gate failed on (an arena bug, answered with exit code 2)."""
+        self.unrecorded = 0
+        """Requests refused because they could not be recorded before they ran."""
         self.budget = _Budget(GATE_BUDGET)
         self._readers = asyncio.Semaphore(GATE_READERS)
         self._connections = asyncio.Semaphore(GATE_CONNECTIONS)
@@ -536,7 +542,11 @@ class _Gate:
                     await self._reply(writer, {"exit_code": 2, "error": str(exc)})
                     return
             # The reader is free again: waiting for the competitor's cap holds none.
-            answer, out, err = await self._answer(request, payload)
+            try:
+                answer, out, err = await self._answer(request, payload)
+            except _Refused as exc:
+                await self._reply(writer, {"exit_code": 2, "error": str(exc)})
+                return
             del payload
             await self._reply(writer, answer, out, err)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -545,6 +555,14 @@ class _Gate:
             # `close` cancels requests still in flight (or waiting for the competitor's
             # cap) when the agent ends; the shim sees the connection drop (exit 255).
             return
+        except Exception:  # a bug here must end this request, never the gate's task
+            self.failed += 1
+            if self.failed == 1:  # once: a program that triggers it must not flood the log
+                log.exception("%s: a request to its gate failed", self.ctx.territory)
+            with contextlib.suppress(Exception):
+                await self._reply(
+                    writer, {"exit_code": 2, "error": "the arena failed on this request"}
+                )
         finally:
             self.budget.give(held)
             writer.close()
@@ -610,48 +628,83 @@ class _Gate:
     async def _answer(
         self, request: dict[str, Any], payload: bytes
     ) -> tuple[dict[str, Any], bytes, bytes]:
+        """Record the request, act on it, record its result. A request that cannot be
+        recorded raises `_Refused`: nothing in the host happens unrecorded."""
         host = self.ctx.host
         if request["op"] == "put":
             path, mode = str(request["path"]), int(request.get("mode", 0o644)) & 0o7777
+            shown = {"path": clip(path), "bytes": len(payload)}
+            await self._record_request({"kind": "put_request", **shown, "mode": f"{mode:04o}"})
             try:
                 await host.write_file(path, payload, mode=mode)
             except HostError as exc:
-                await self._record(
-                    {"kind": "put", "path": path, "bytes": len(payload), "error": str(exc)}
-                )
+                await self._record({"kind": "put", **shown, "error": clip(str(exc))})
                 code = 255 if isinstance(exc, HostUnavailableError) else 1
                 return {"exit_code": code, "error": str(exc)}, b"", b""
-            await self._record({"kind": "put", "path": path, "bytes": len(payload)})
+            await self._record({"kind": "put", **shown})
             return {"exit_code": 0}, b"", b""
         command = str(request["command"])
         stdin = payload if request.get("stdin_size") is not None else None
         timeout = min(float(request.get("timeout") or 300), MAX_EXEC_TIMEOUT)
+        await self._record_request(
+            {
+                "kind": "exec_request",
+                "command": clip(command),
+                "timeout": timeout,
+                "stdin_bytes": None if stdin is None else len(stdin),
+            }
+        )
         try:
             result = await host.exec(
                 command, timeout=timeout, input=stdin, output_limit=DEFAULT_OUTPUT_LIMIT
             )
         except HostError as exc:
             error = f"the host is not reachable (it may be rebooting): {exc}"
-            await self._record({"kind": "exec", "command": command, "error": error})
+            await self._record({"kind": "exec", "command": clip(command), "error": error})
             return {"exit_code": 255, "error": error}, b"", b""
         await self._record(
             {
                 "kind": "exec",
-                "command": command,
+                "command": clip(command),
                 "exit_code": result.exit_code,
-                "stdout": _clip(result.stdout),
-                "stderr": _clip(result.stderr),
+                "stdout": clip(result.stdout, TRANSCRIPT_OUTPUT_LIMIT),
+                "stderr": clip(result.stderr, TRANSCRIPT_OUTPUT_LIMIT),
+                **({"output_cut": True} if result.truncated else {}),
             }
         )
         answer: dict[str, Any] = {"exit_code": result.exit_code}
         if result.timed_out:
             answer["error"] = f"killed after {timeout:g}s (OPSARENA_EXEC_TIMEOUT)"
         elif result.truncated:
-            answer["error"] = f"output cut after {DEFAULT_OUTPUT_LIMIT} bytes per stream"
+            answer["error"] = (
+                f"output past {DEFAULT_OUTPUT_LIMIT} bytes on a stream: the command was ended"
+            )
         return answer, result.stdout, result.stderr
 
+    async def _record_request(self, entry: dict[str, Any]) -> None:
+        """Record what is about to be done; raises `_Refused` (and nothing is done) when
+        it cannot be recorded, whatever the reason."""
+        try:
+            await self.ctx.report("transcript", {"entry": entry})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.unrecorded += 1
+            if self.unrecorded == 1:
+                log.warning("%s: a request could not be recorded: %r", self.ctx.territory, exc)
+            raise _Refused(
+                f"the arena cannot record this request ({type(exc).__name__}): not run"
+            ) from None
+
     async def _record(self, entry: dict[str, Any]) -> None:
-        await self.ctx.report("transcript", {"entry": entry})
+        """Record what was done. A result that cannot be recorded is only warned about:
+        its request is in the log already, and the program still gets its answer."""
+        try:
+            await self.ctx.report("transcript", {"entry": entry})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: a result could not be recorded: %r", self.ctx.territory, exc)
 
 
 def _payload_size(request: dict[str, Any]) -> int:
@@ -674,13 +727,6 @@ def _payload_size(request: dict[str, Any]) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= PAYLOAD_LIMIT:
         raise ValueError(f"a payload of {size!r} bytes: at most {PAYLOAD_LIMIT} may be sent")
     return size
-
-
-def _clip(data: bytes) -> str:
-    text = data.decode(errors="replace")
-    if len(text) <= TRANSCRIPT_OUTPUT_LIMIT:
-        return text
-    return f"{text[:TRANSCRIPT_OUTPUT_LIMIT]}\n[... {len(text) - TRANSCRIPT_OUTPUT_LIMIT} more cut]"
 
 
 def _pipe_with(data: bytes) -> int:

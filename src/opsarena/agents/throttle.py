@@ -8,7 +8,9 @@ waits for a slot, inside this competitor's own queue, so a competitor that fires
 execs at once only queues behind itself. Each also takes a token from the competitor's
 bucket (`DEFAULT_RATE_PER_S` a second, bursts of `DEFAULT_BURST`): the concurrency cap
 alone still let a storm of short execs run two podman processes without pause, about
-one core of a two-core machine, and double a neighbour's time to durable. The referee
+one core of a two-core machine, and double a neighbour's time to durable. What the
+arena reads for it (exec output, files) costs it more tokens, one per
+`OUTPUT_BYTES_PER_OPERATION`. The referee
 never uses this handle: its probes and faults are not counted against (nor slowed by)
 the competitor's cap.
 
@@ -44,6 +46,11 @@ DEFAULT_RATE_PER_S = 2.0
 DEFAULT_BURST = 20
 """Host operations one competitor may start at once after a quiet spell (the bucket's
 size): a deployment's few dozen commands run at full speed."""
+OUTPUT_BYTES_PER_OPERATION = 256 * 1024
+"""What the arena reads of an exec's output (or of a file) costs the competitor one more
+operation of its rate per this many bytes: an exec flooding its 1 MiB a stream costs 8,
+so floods, which cost the controller their reading, come 9 times slower than short
+commands (issue 23)."""
 
 
 class TokenBucket:
@@ -62,6 +69,12 @@ class TokenBucket:
         self.at = now
         self.tokens -= 1.0
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+    def charge(self, tokens: float, now: float) -> None:
+        """Take `tokens` more at `now`; below empty, later operations wait for them."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= tokens
 
 
 class ThrottledHost(Host):
@@ -82,6 +95,8 @@ class ThrottledHost(Host):
             raise ValueError(f"a concurrency cap must be at least 1, not {limit}")
         self._bucket = TokenBucket(rate, burst, time.monotonic())
         self.waited_s = 0.0
+        self.read_bytes = 0
+        """Bytes of exec output and files read for the competitor (charged to its rate)."""
         self.inner = host
         self.name = host.name
         self.territory = host.territory
@@ -154,18 +169,27 @@ class ThrottledHost(Host):
     ) -> ExecResult:
         await self._enter()
         try:
-            return await self.inner.exec(
+            result = await self.inner.exec(
                 cmd, timeout=timeout, input=input, user=user, output_limit=output_limit
             )
         finally:
             self._leave()
+        self._read(len(result.stdout) + len(result.stderr))
+        return result
+
+    def _read(self, size: int) -> None:
+        """Charge `size` bytes the arena read for the competitor to its rate."""
+        self.read_bytes += size
+        self._bucket.charge(size / OUTPUT_BYTES_PER_OPERATION, time.monotonic())
 
     async def read_file(self, path: str, *, limit: int = DEFAULT_FILE_LIMIT) -> bytes:
         await self._enter()
         try:
-            return await self.inner.read_file(path, limit=limit)
+            data = await self.inner.read_file(path, limit=limit)
         finally:
             self._leave()
+        self._read(len(data))
+        return data
 
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         await self._enter()

@@ -127,7 +127,10 @@ def exec_(
         sys.stdout.flush()
         sys.stderr.buffer.write(result.stderr)
         if result.truncated:
-            err_console.print("opsarena: output was truncated", markup=False)
+            err_console.print(
+                "opsarena: output past its limit on a stream: the command was ended",
+                markup=False,
+            )
         if result.timed_out:
             err_console.print(f"opsarena: killed after {timeout:g}s", markup=False)
         return result.exit_code

@@ -34,7 +34,12 @@ from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, load_record, open_db, print_summary
 from opsarena.errors import MatchError, UsageError
-from opsarena.match.controller import DEFAULT_INODE_QUOTA, Controller, MatchPlan
+from opsarena.match.controller import (
+    DEFAULT_INODE_QUOTA,
+    DEFAULT_LOG_BUDGET_MB,
+    Controller,
+    MatchPlan,
+)
 from opsarena.match.events import DoneRequested
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore
@@ -221,6 +226,15 @@ def run(
             "its disk freezes.",
         ),
     ] = DEFAULT_INODE_QUOTA,
+    log_budget: Annotated[
+        int,
+        typer.Option(
+            "--log-budget",
+            min=1,
+            help="MiB of events (output, transcript) each agent may add to the log; past "
+            "them its events are counted, not stored.",
+        ),
+    ] = DEFAULT_LOG_BUDGET_MB,
     driver: Annotated[
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
     ] = "podman",
@@ -254,6 +268,7 @@ def run(
         driver=driver,
         disk_quota_mb=disk_quota,
         disk_inode_quota=inode_quota,
+        log_budget_mb=log_budget,
     )
     if seed_bytes is not None:
         plan.seed = seed_bytes

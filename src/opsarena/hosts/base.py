@@ -53,7 +53,7 @@ class ExecResult:
     """What one command run in a host did.
 
     `stdout` and `stderr` hold at most the caller's output limit each; `truncated` is
-    true when either stream had more (the rest was read and discarded). A command
+    true when either stream had more (the command was then ended: see `Host.exec`). A command
     killed at its timeout has `timed_out` true and `exit_code` 124.
     """
 
@@ -191,9 +191,12 @@ class Host(abc.ABC):
         (stdin is empty otherwise). `user` runs it as that user (default root).
         After `timeout` seconds the command and every process in its process group
         are killed inside the host (not merely abandoned) and the result has
-        `timed_out` true. Each stream keeps at most `output_limit` bytes.
-        Raises `HostUnavailableError` when the host cannot run commands at all
-        (stopped, rebooting, or the driver failed).
+        `timed_out` true. Each stream keeps at most `output_limit` bytes; a command
+        whose output passes that is ended (its process group, and whatever in the
+        host still holds its output pipes, are killed) and the result has `truncated`
+        true: a flood costs the arena one limit's worth of reading. Raises
+        `HostUnavailableError` when the host cannot run commands at all (stopped,
+        rebooting, or the driver failed).
         """
 
     @abc.abstractmethod

@@ -269,6 +269,83 @@ def kill(procs: list[Proc], *, wait: float = 2.0) -> list[Proc]:
     return killed
 
 
+EXEC_MARK = "OPSARENA_EXEC_ID"
+"""The environment variable an exec's first process carries (`end_exec` finds it by it)."""
+END_EXEC_ROUNDS = 20
+"""`end_exec` looks again this many times for processes of the exec (forks meanwhile)."""
+
+
+def _marked(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return needle in b"\0" + environ.read(1024 * 1024)  # podman's: a few KiB
+    except OSError:
+        return False
+
+
+def _stat_field(pid: int, index: int) -> int | None:
+    """Field `index` after the command name of /proc/PID/stat (0: the state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[index])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _fd_targets(pid: int, limit: int = SCAN_LIMIT) -> dict[str, str]:
+    """What each of `pid`'s fds points at (`pipe:[N]`, a path, ...), by fd number; at
+    most `limit` of them."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd")[:limit]:
+            with contextlib.suppress(OSError):
+                found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return found
+
+
+def end_exec(init_pid: int, marker: str) -> int:
+    """SIGKILL what one exec runs in the host of `init_pid`: the exec's first process
+    (the one whose environment has `EXEC_MARK`=`marker`, started from outside), its
+    process group (what `timeout` itself kills) and every process of the host holding
+    the pipes of its standard output or error (a child that left the group still writing
+    there). Looks again until none is left (at most `END_EXEC_ROUNDS` times); returns
+    how many processes got the signal. Nothing else in the host is touched."""
+    needle = f"\0{EXEC_MARK}={marker}\0".encode()
+    groups: set[int] = set()
+    pipes: set[str] = set()
+    killed = 0
+    init_group = _stat_field(init_pid, 2)
+    for _ in range(END_EXEC_ROUNDS):
+        everything = host_processes(init_pid)
+        inside = {proc.pid for proc in everything}
+        processes = [proc for proc in everything if proc.pid != init_pid]
+        for proc in processes:
+            # The exec's first process is the child of podman's conmon, outside the host
+            # (an orphan of the exec has the host's init or a subreaper for a parent).
+            if parent_pid(proc.pid) not in inside and _marked(proc.pid, needle):
+                group = _stat_field(proc.pid, 2)
+                if group is not None and group != init_group:
+                    groups.add(group)
+                fds = _fd_targets(proc.pid)
+                pipes.update(fds[fd] for fd in ("1", "2") if fds.get(fd, "").startswith("pipe:"))
+        targets = []
+        budget = SCAN_LIMIT  # open files read a round: a host cannot make this unbounded
+        for proc in processes:
+            if _stat_field(proc.pid, 2) in groups:
+                targets.append(proc)
+            elif pipes and budget > 0:
+                fds = _fd_targets(proc.pid, budget)
+                budget -= len(fds)
+                if not pipes.isdisjoint(fds.values()):
+                    targets.append(proc)
+        targets = [proc for proc in targets if alive(proc)]
+        if not targets:
+            break
+        killed += sum(signal_process(proc) for proc in targets)
+        time.sleep(0.01)
+    return killed
+
+
 def empty_directory(path: str, *, dir_fd: int | None = None) -> int:
     """Delete everything below the directory `path` (relative to `dir_fd` when given),
     keeping the directory itself; return how many entries went. Nothing is followed: the

@@ -30,12 +30,13 @@ import logging
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,13 +213,16 @@ class Podman:
         timeout: float = PODMAN_TIMEOUT,
         input: bytes | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        on_overflow: Callable[[], Awaitable[None]] | None = None,
     ) -> ProcessResult:
-        """Run `podman ARGS`. Raises `HostUnavailableError` when podman itself hangs."""
+        """Run `podman ARGS` (`run_process` says what `on_overflow` does). Raises
+        `HostUnavailableError` when podman itself hangs."""
         result = await run_process(
             [self.binary, *self.global_flags, *args],
             timeout=timeout,
             input=input,
             output_limit=output_limit,
+            on_overflow=on_overflow,
         )
         if result.timed_out:
             raise HostUnavailableError(f"podman {args[0]} did not answer within {timeout:g}s")
@@ -603,7 +607,10 @@ class PodmanHost(Host):
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        podman_args = ["exec"]
+        # Marked, so that output past `output_limit` ends the command where it runs
+        # (`kernel.end_exec`) instead of being read away while it floods on.
+        marker = secrets.token_hex(8)
+        podman_args = ["exec", "--env", f"{kernel.EXEC_MARK}={marker}"]
         if input is not None:
             podman_args.append("--interactive")
         if user is not None:
@@ -611,8 +618,16 @@ class PodmanHost(Host):
         # `timeout` runs inside the host and SIGKILLs the command's whole process group,
         # so a command past its time is really gone, not merely abandoned.
         podman_args += [self.name, "timeout", "--signal=KILL", f"{timeout:.3f}s", *argv]
+
+        async def end() -> None:
+            await asyncio.to_thread(kernel.end_exec, await self._init_pid(), marker)
+
         result = await self.podman.run(
-            *podman_args, timeout=timeout + 15.0, input=input, output_limit=output_limit
+            *podman_args,
+            timeout=timeout + 15.0,
+            input=input,
+            output_limit=output_limit,
+            on_overflow=end,
         )
         code = result.returncode
         if code in (125, 126, 255) and result.stderr.startswith(b"Error: "):

@@ -1,17 +1,31 @@
-"""Running a local program with a timeout and capped output, for host drivers."""
+"""Running a local program with a timeout and capped output, for host drivers.
+
+Past its output limit a program is either read on (its output thrown away) until it
+ends, or, when the caller says how (`on_overflow`), ended: reading stops at the limit
+(the program then blocks on its full pipe and costs nothing), `on_overflow` ends it,
+and what it had still buffered is read away, at most `AFTER_OVERFLOW` bytes a stream
+(past that the program's process group is killed). An output flood then costs the
+arena one limit's worth of reading, not a core for as long as the flood lasts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 64 * 1024
 _FEED_CHUNK = 1024 * 1024
+AFTER_OVERFLOW = 4 * 1024 * 1024
+"""Bytes a stream may still give once `on_overflow` has ended its program (what pipes
+and podman held buffered); more, and the program's process group is killed."""
 
 
 @dataclass(frozen=True)
@@ -29,15 +43,52 @@ class ProcessResult:
         return self.returncode is None
 
 
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+class _Overflow:
+    """Ends a program once, on the first stream that passes its limit."""
+
+    def __init__(self, pid: int, end: Callable[[], Awaitable[None]]) -> None:
+        self.pid = pid
+        self._end = end
+        self._ending: asyncio.Task[None] | None = None
+
+    async def end(self) -> None:
+        if self._ending is None:
+            self._ending = asyncio.ensure_future(self._run())
+        await asyncio.shield(self._ending)
+
+    async def _run(self) -> None:
+        try:
+            await self._end()
+        except Exception:  # it could not be ended where it runs: end it here
+            log.warning("cannot end a program past its output limit", exc_info=True)
+            self.kill()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+async def _read_capped(
+    stream: asyncio.StreamReader, limit: int, overflow: _Overflow | None = None
+) -> tuple[bytes, bool]:
     kept = bytearray()
     truncated = False
+    past = 0
     while chunk := await stream.read(_CHUNK):
         room = limit - len(kept)
         if room > 0:
             kept += chunk[:room]
-        if len(chunk) > room:
-            truncated = True  # keep draining so the program never blocks on a full pipe
+        if len(chunk) <= room:
+            continue
+        truncated = True
+        if overflow is None:
+            continue  # keep draining so the program never blocks on a full pipe
+        if not past:
+            await overflow.end()  # not reading meanwhile: the program blocks
+        past += len(chunk) - max(room, 0)
+        if past > AFTER_OVERFLOW:
+            overflow.kill()
+            break
     return bytes(kept), truncated
 
 
@@ -55,8 +106,14 @@ async def run_process(
     input: bytes | None = None,
     output_limit: int = 1024 * 1024,
     kill_grace: float = 2.0,
+    on_overflow: Callable[[], Awaitable[None]] | None = None,
 ) -> ProcessResult:
     """Run `argv`, feed it `input`, and keep at most `output_limit` bytes per stream.
+
+    When a stream passes `output_limit` and `on_overflow` is given, reading stops and
+    `await on_overflow()` must end the program (what `argv` started, wherever it runs);
+    if it raises, the program's process group is killed. Without it, the rest of the
+    output is read and thrown away while the program runs on.
 
     After `timeout` seconds the program's whole process group gets SIGKILL and the
     result has `returncode` None; output read until then is kept. Raises
@@ -71,8 +128,10 @@ async def run_process(
         start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
+    overflow = None if on_overflow is None else _Overflow(proc.pid, on_overflow)
     readers = asyncio.gather(
-        _read_capped(proc.stdout, output_limit), _read_capped(proc.stderr, output_limit)
+        _read_capped(proc.stdout, output_limit, overflow),
+        _read_capped(proc.stderr, output_limit, overflow),
     )
 
     async def feed() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.cage import ProcessCage
+from opsarena.agents.clip import clip, clip_all
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.human import done_token, operator_key, proof_holds
 from opsarena.agents.registry import preflight_agent
@@ -81,12 +82,20 @@ from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
 from opsarena.referee.nemesis import faults_needed, missing_faults
-from opsarena.store import EventStore, chain_problems, content_digest
+from opsarena.store import EventStore, chain_problems, content_digest, encode_event_data
 
 log = logging.getLogger(__name__)
 
-MAX_OUTPUT_CHARS = 16 * 1024
-"""Longest `agent_output` chunk kept as one event; longer text is cut and marked."""
+MAX_OUTPUT_BYTES = 16 * 1024
+"""Longest `agent_output` chunk kept as one event (bytes of UTF-8); longer text is
+clipped (`agents.clip`)."""
+ENTRY_FIELD_BYTES = 32 * 1024
+"""Longest string kept in an `agent_transcript` entry (bytes of UTF-8; `agents.clip`):
+the llm agent's fields (at most 32 Ki characters) mostly pass whole. The gate clips a
+command agent's commands and paths tighter (`agents.clip.CLIP_BYTES`)."""
+DEFAULT_LOG_BUDGET_MB = 64
+"""Bytes (MiB) of events one agent may add to a match's log (`MatchPlan.log_budget_mb`):
+its output, transcript and usage. Past it they are counted, not stored."""
 
 POLL_S = 0.1
 """How often the controller looks at the standings while the match runs."""
@@ -134,6 +143,9 @@ class MatchPlan:
     """Past this much written to its disk, a host's disk becomes read-only."""
     disk_inode_quota: int = DEFAULT_INODE_QUOTA
     """Past this many inodes created on its disk, likewise."""
+    log_budget_mb: int = DEFAULT_LOG_BUDGET_MB
+    """Bytes (MiB) of events each agent may add to the log; past them its events are
+    counted (`agent_ended`'s `log_events_dropped`, `log_bytes_dropped`), not stored."""
     done_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     """Derives each human territory's done token (`agents.human.done_token`); held only
     by this process, never logged."""
@@ -230,6 +242,10 @@ class _Territory:
     ended: bool = False
     settled: bool = False
     stop_outcome: AgentOutcome | None = None
+    log_bytes: int = 0
+    """Bytes of events this territory's agent has added to the log."""
+    log_events_dropped: int = 0
+    log_bytes_dropped: int = 0
 
 
 SETTLE_ERROR_WINDOWS = 3
@@ -543,7 +559,7 @@ class Controller:
                 brief=brief_for(plan.challenge, plan.seed),
                 host=territory.handle or ThrottledHost(territory.host),
                 deadline=deadline,
-                report=self._reporter(territory.competitor.name),
+                report=self._reporter(territory),
                 params=agent_params(plan.challenge, plan.seed),
             )
         for territory in self._territories.values():
@@ -617,27 +633,54 @@ class Controller:
 
     # ---- agents ----------------------------------------------------------------------
 
-    def _reporter(self, agent_name: str) -> Callable[[str, dict[str, Any]], Any]:
+    def _reporter(self, territory: _Territory) -> Callable[[str, dict[str, Any]], Any]:
+        agent_name = territory.competitor.name
+
         async def report(kind: str, data: dict[str, Any]) -> None:
+            event: EventData
             if kind == "usage":
-                await self.emit(AgentUsage(agent=agent_name, **data))
+                event = AgentUsage(agent=agent_name, **data)
             elif kind == "output":
-                text = str(data.get("text", ""))
-                if len(text) > MAX_OUTPUT_CHARS:
-                    text = (
-                        text[:MAX_OUTPUT_CHARS]
-                        + f"\n[... {len(text) - MAX_OUTPUT_CHARS} chars cut]"
-                    )
+                text = clip(str(data.get("text", "")), MAX_OUTPUT_BYTES)
                 stream = "stderr" if data.get("stream") == "stderr" else "stdout"
-                await self.emit(AgentOutput(agent=agent_name, stream=stream, text=text))
+                event = AgentOutput(agent=agent_name, stream=stream, text=text)
             elif kind == "transcript":
-                await self.emit(
-                    AgentTranscript(agent=agent_name, entry=dict(data.get("entry", data)))
-                )
+                entry = clip_all(dict(data.get("entry", data)), ENTRY_FIELD_BYTES)
+                event = AgentTranscript(agent=agent_name, entry=entry)
             else:
                 log.warning("agent %s reported an unknown kind %r", agent_name, kind)
+                return
+            await self._budgeted(territory, event)
 
         return report
+
+    async def _budgeted(self, territory: _Territory, event: EventData) -> None:
+        """Log an agent's `event` while its agent is within its log budget; past it,
+        count the event and its bytes instead (once, a last transcript entry says so).
+        Raises what the store raises (the gate then refuses the request it was for)."""
+        data = event.model_dump(mode="json")
+        size = len(encode_event_data(event.event_type, data).encode())
+        budget = self.plan.log_budget_mb * 1024 * 1024
+        if territory.log_bytes + size > budget:
+            if not territory.log_events_dropped:
+                log.warning(
+                    "agent %s: its log budget (%d MiB) is spent: its events are counted, "
+                    "not stored",
+                    territory.competitor.name,
+                    self.plan.log_budget_mb,
+                )
+                entry = {
+                    "kind": "log_budget_spent",
+                    "budget_bytes": budget,
+                    "content": "the agent's log budget is spent: its further events are "
+                    "counted (agent_ended), not stored",
+                }
+                await self.emit(AgentTranscript(agent=territory.competitor.name, entry=entry))
+            territory.log_events_dropped += 1
+            territory.log_bytes_dropped += size
+            return
+        territory.log_bytes += size
+        await self._append(event.event_type, data)
 
     async def _run_agent(self, territory: _Territory) -> None:
         name = territory.competitor.territory
@@ -668,6 +711,8 @@ class Controller:
                 successful=outcome.successful,
                 terminal_detail=outcome.terminal_detail or None,
                 failure_source=outcome.failure_source,
+                log_events_dropped=territory.log_events_dropped,
+                log_bytes_dropped=territory.log_bytes_dropped,
             )
         )
         if self._started_at is not None and not self._judging_over:

@@ -199,6 +199,11 @@ class AgentEnded(EventData):
     successful: bool | None = None
     terminal_detail: str | None = None
     failure_source: FailureSource | None = None
+    log_events_dropped: int = Field(default=0, ge=0)
+    """The agent's events past its log budget (`MatchPlan.log_budget_mb`): counted, not
+    stored."""
+    log_bytes_dropped: int = Field(default=0, ge=0)
+    """Their bytes (compact JSON of their `data`)."""
 
 
 class CompetitorDone(EventData):

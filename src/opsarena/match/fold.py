@@ -468,6 +468,8 @@ class RecordFolder:
         agent.successful = data.successful
         agent.failure_source = data.failure_source or ENDED_BY[data.terminal_state]
         agent.ended_at_ms = event.t_ms
+        agent.log_events_dropped = data.log_events_dropped
+        agent.log_bytes_dropped = data.log_bytes_dropped
         self._compete(self._territory(agent.territory), "stopped")
 
     def _finished(self, event: Event, data: MatchFinished) -> None:

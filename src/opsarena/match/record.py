@@ -102,6 +102,10 @@ class AgentRecord(_Record):
     cost_known: bool = True
     started_at_ms: int | None = None
     ended_at_ms: int | None = None
+    log_events_dropped: int = 0
+    """Events of this agent past its log budget: counted, not stored."""
+    log_bytes_dropped: int = 0
+    """Their bytes."""
 
 
 class MatchRecord(_Record):

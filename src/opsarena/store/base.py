@@ -30,6 +30,22 @@ from opsarena.store.vault import Vault
 from opsarena.text import storable_json
 
 DEFAULT_POLL_S = 0.1
+FOLLOW_BYTES = 8 * 1024 * 1024
+"""The most bytes of event data `follow` reads at once."""
+
+
+def within_bytes(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
+    """The last seq of `(seq, size)` pairs, in order, whose running total of sizes
+    stays within `max_bytes` (the first always counts); None when there are none."""
+    last, total = None, 0
+    for seq, size in sizes:
+        total += size
+        if last is not None and total > max_bytes:
+            break
+        last = seq
+    return last
+
+
 """How often `follow` asks the store for new events when it has caught up."""
 
 MAX_EVENT_BYTES = 1024 * 1024
@@ -176,9 +192,17 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def read(
-        self, match_id: str, after: int = 0, limit: int | None = None
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[StoredEvent]:
-        """The match's events with `seq > after`, in order, at most `limit` of them.
+        """The match's events with `seq > after`, in order, at most `limit` of them and,
+        given `max_bytes`, no more than fit in it (their stored `data` counted, as UTF-8
+        JSON), but always the first: a reader's memory stays bounded however large the
+        log's events are. Read on with `after` = the last seq returned.
 
         An unknown match reads as an empty list (use `exists` to tell the difference).
         """
@@ -225,7 +249,7 @@ class EventStore(abc.ABC):
         cursor = after
         async with self.changes() as wake:
             while True:
-                batch = await self.read(match_id, after=cursor, limit=1000)
+                batch = await self.read(match_id, after=cursor, limit=1000, max_bytes=FOLLOW_BYTES)
                 for event in batch:
                     cursor = event.seq
                     yield event

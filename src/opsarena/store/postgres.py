@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -67,6 +68,7 @@ from opsarena.store.base import (
     encode_event_data,
     utc_now_iso,
     wanted_matches,
+    within_bytes,
 )
 from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
 from opsarena.store.targets import describe_target, is_postgres_url
@@ -373,15 +375,32 @@ class PostgresEventStore(EventStore):
         return len(batch)
 
     def read_blocking(
-        self, match_id: str, after: int = 0, limit: int | None = None
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[StoredEvent]:
         """`read` without the thread hop."""
         # Only what the store appended: a row above `last_seq` was written behind its back.
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE match_id = %s AND seq > %s"
+        where = (
+            " WHERE match_id = %s AND seq > %s"
             " AND seq <= (SELECT last_seq FROM matches WHERE match_id = %s)"
-            " ORDER BY seq LIMIT %s",
-            (match_id, after, match_id, limit),
+        )
+        last: int | None = None
+        if max_bytes is not None:  # the sizes first: only integers are held
+            sizes = self._query(
+                f"SELECT seq, octet_length(data) FROM events{where} ORDER BY seq LIMIT %s",
+                (match_id, after, match_id, limit),
+            )
+            last = within_bytes([(int(seq), int(size or 0)) for seq, size in sizes], max_bytes)
+            if last is None:
+                return []
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events{where}"
+            " AND (%s::bigint IS NULL OR seq <= %s::bigint) ORDER BY seq LIMIT %s",
+            (match_id, after, match_id, last, last, limit),
         )
         return [_stored(_link(match_id, row)) for row in rows]
 
@@ -494,9 +513,16 @@ class PostgresEventStore(EventStore):
         )
 
     async def read(
-        self, match_id: str, after: int = 0, limit: int | None = None
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[StoredEvent]:
-        return await asyncio.to_thread(self.read_blocking, match_id, after, limit)
+        return await asyncio.to_thread(
+            functools.partial(self.read_blocking, max_bytes=max_bytes), match_id, after, limit
+        )
 
     async def audit(self, match_id: str) -> LogAudit:
         return await asyncio.to_thread(self.audit_blocking, match_id)

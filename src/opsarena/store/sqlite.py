@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -53,6 +54,7 @@ from opsarena.store.base import (
     StoredEvent,
     encode_event_data,
     utc_now_iso,
+    within_bytes,
 )
 from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
 from opsarena.store.dbfile import check_db_path, ensure_private_directory, open_db_file, tighten
@@ -483,18 +485,36 @@ class SqliteEventStore(EventStore):
         return QuarantineResult(first_seq=start, rows=max(moved, 0))
 
     def read_blocking(
-        self, match_id: str, after: int = 0, limit: int | None = None
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[StoredEvent]:
         """`read` without the thread hop."""
         hashes = "prev_hash, hash" if self._version >= 2 else "'', ''"
         # Only what the store appended: a row above `last_seq` was written behind its back.
-        query = (
-            f"SELECT seq, type, t_ms, wall, data, {hashes} FROM events"
+        where = (
             " WHERE match_id = ? AND seq > ?"
-            " AND seq <= (SELECT last_seq FROM matches WHERE match_id = ?) ORDER BY seq LIMIT ?"
+            " AND seq <= (SELECT last_seq FROM matches WHERE match_id = ?)"
         )
+        last: int | None = -1
         with self._lock:
-            rows = self._query(query, (match_id, after, match_id, -1 if limit is None else limit))
+            if max_bytes is not None:  # the sizes first: only integers are held
+                sizes = self._query(
+                    f"SELECT seq, length(CAST(data AS BLOB)) FROM events{where}"
+                    " ORDER BY seq LIMIT ?",
+                    (match_id, after, match_id, -1 if limit is None else limit),
+                )
+                last = within_bytes([(int(seq), int(size or 0)) for seq, size in sizes], max_bytes)
+                if last is None:
+                    return []
+            rows = self._query(
+                f"SELECT seq, type, t_ms, wall, data, {hashes} FROM events{where}"
+                " AND (? < 0 OR seq <= ?) ORDER BY seq LIMIT ?",
+                (match_id, after, match_id, last, last, -1 if limit is None else limit),
+            )
         return [self._event_of(match_id, row) for row in rows]
 
     @staticmethod
@@ -561,9 +581,16 @@ class SqliteEventStore(EventStore):
         )
 
     async def read(
-        self, match_id: str, after: int = 0, limit: int | None = None
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[StoredEvent]:
-        return await asyncio.to_thread(self.read_blocking, match_id, after, limit)
+        return await asyncio.to_thread(
+            functools.partial(self.read_blocking, max_bytes=max_bytes), match_id, after, limit
+        )
 
     async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
         return await asyncio.to_thread(self.list_matches_blocking, limit)

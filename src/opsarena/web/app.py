@@ -6,7 +6,9 @@ nothing else. Routes:
 - `GET /` and `GET /matches/{id}`: the static pages (`static/`), which call the API;
 - `GET /api/matches`: the matches list, newest first;
 - `GET /api/matches/{id}`: the match record (the seed-compatible fold of its events);
-- `GET /api/matches/{id}/events?after=SEQ&limit=N`: raw events after `SEQ`;
+- `GET /api/matches/{id}/events?after=SEQ&limit=N&max_bytes=B`: raw events after `SEQ`,
+  a page of at most N events and about B bytes of their data (always at least one); the
+  `X-Next-After` header and a `Link: <...>; rel="next"` give the next page's `after`;
 - `GET /api/matches/{id}/stream?after=SEQ`: server-sent events (see `web.stream`);
 - `GET /api/stream`: server-sent events of the matches list;
 - `GET /tournaments/{id}`: the tournament page; `GET /api/tournaments/{id}`: its record,
@@ -24,8 +26,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import FastAPI, Header, HTTPException, Query, Request
+from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -47,6 +50,10 @@ MAX_SEQ = 2**53 - 1
 """The largest `after` accepted: sequence numbers stay exact in JavaScript."""
 MAX_EVENTS = 10_000
 """The most events one `/events` answer holds; page with `after`."""
+EVENTS_BYTES = 4 * 1024 * 1024
+"""The bytes of event data one `/events` answer holds by default (`max_bytes`)."""
+MAX_EVENTS_BYTES = 32 * 1024 * 1024
+"""The most bytes of event data one `/events` answer may be asked for."""
 MAX_MATCHES = 1000
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -144,12 +151,32 @@ def create_app(db_path: Path | str | None) -> FastAPI:
     @app.get("/api/matches/{match_id}/events", responses={**_NOT_FOUND, **_BROKEN})
     async def match_events(
         match_id: MatchId,
+        response: Response,
         after: After = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS, description="Most events.")] = 1000,
+        max_bytes: Annotated[
+            int,
+            Query(
+                ge=1,
+                le=MAX_EVENTS_BYTES,
+                description="Most bytes of event data (at least one event is returned).",
+            ),
+        ] = EVENTS_BYTES,
     ) -> list[EventEnvelope]:
-        """The match's events with `seq > after`, in order, at most `limit` of them."""
+        """The match's events with `seq > after`, in order, at most `limit` of them and
+        `max_bytes` of their data (but at least one). When the page is not the log's end,
+        `X-Next-After` (and `Link`, rel `next`) says the `after` of the next page."""
         await require_match(match_id)
-        events = await store.read(match_id, after=after, limit=limit)
+        events = await store.read(match_id, after=after, limit=limit, max_bytes=max_bytes)
+        if events:
+            last = events[-1].seq
+            summary = await store.summary(match_id)
+            if summary is not None and summary.last_seq > last:
+                response.headers["X-Next-After"] = str(last)
+                response.headers["Link"] = (
+                    f"</api/matches/{quote(match_id)}/events?after={last}&limit={limit}"
+                    f'&max_bytes={max_bytes}>; rel="next"'
+                )
         return [EventEnvelope(**event.to_json()) for event in events]
 
     @app.get(

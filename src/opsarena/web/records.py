@@ -20,6 +20,8 @@ from opsarena.web.models import MatchListItem
 
 READ_BATCH = 2000
 """Events read from the log per query while catching up."""
+READ_BYTES = 8 * 1024 * 1024
+"""The most bytes of event data read at once (a log of huge events is read in pages)."""
 
 
 @dataclass
@@ -47,7 +49,9 @@ class RecordCache:
             if folded.error is not None:
                 raise folded.error
             while True:
-                batch = await self._store.read(match_id, after=folded.seq, limit=READ_BATCH)
+                batch = await self._store.read(
+                    match_id, after=folded.seq, limit=READ_BATCH, max_bytes=READ_BYTES
+                )
                 for event in batch:
                     try:
                         folded.folder.apply(event)
@@ -55,7 +59,7 @@ class RecordCache:
                         folded.error = exc
                         raise
                     folded.seq = event.seq
-                if len(batch) < READ_BATCH:
+                if not batch:
                     break
             if folded.seq == 0:
                 return None

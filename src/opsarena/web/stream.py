@@ -22,7 +22,7 @@ from sse_starlette import ServerSentEvent
 from opsarena.errors import EventLogError
 from opsarena.match.fold import RecordFolder
 from opsarena.store import EventStore
-from opsarena.web.records import READ_BATCH, RecordCache, list_items
+from opsarena.web.records import READ_BATCH, READ_BYTES, RecordCache, list_items
 
 MATCH_POLL_S = 0.25
 """How often a match stream asks the log for new events once it has caught up."""
@@ -45,7 +45,7 @@ async def match_messages(
     cursor = 0
     async with store.changes() as wake:
         while True:
-            batch = await store.read(match_id, after=cursor, limit=READ_BATCH)
+            batch = await store.read(match_id, after=cursor, limit=READ_BATCH, max_bytes=READ_BYTES)
             if not batch:
                 await wake(match_id, poll_s)
                 continue

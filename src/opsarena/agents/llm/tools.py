@@ -187,7 +187,7 @@ def format_exec_result(result: ExecResult, timeout: float, limit: int) -> str:
         if data:
             lines.append(f"{label}:\n{head_tail(data.decode(errors='replace'), limit)}")
     if result.truncated:
-        lines.append(f"(the host kept only the first {CAPTURE_LIMIT} bytes of a stream)")
+        lines.append(f"(output past {CAPTURE_LIMIT} bytes on a stream: the command was ended)")
     return "\n".join(lines)
 
 

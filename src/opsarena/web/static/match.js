@@ -239,7 +239,9 @@ function transcriptEntry(event) {
   let head = "";
   if (kind === "tool_call") head = say`${entry.name}(${entry.arguments || ""})`;
   else if (kind === "exec") head = say`$ ${entry.command}` + (entry.exit_code !== undefined ? say` → exit ${entry.exit_code}` : "");
+  else if (kind === "exec_request") head = say`$ ${entry.command}`;
   else if (kind === "put") head = say`put ${entry.path} (${entry.bytes} bytes)`;
+  else if (kind === "put_request") head = say`put ${entry.path} (${entry.bytes} bytes, mode ${entry.mode})`;
   else if (kind === "retry") head = say`attempt ${entry.attempt}, retry in ${entry.delay_s}s`;
   else if (kind === "tool_result") head = entry.name || "";
   else if (kind === "assistant" || kind === "discarded") head = servedBy(entry);
