@@ -86,3 +86,13 @@ def test_every_value_regenerates_from_its_slot_and_no_put_uses_a_never_written_i
         if slot_kind(op.slot.name).startswith("sized-"):
             assert len(value) == int(op.slot.name.split("-")[1])
     assert len(sizes) > 5  # random sizes, not one
+
+
+def test_a_round_that_may_not_be_a_decoy_always_has_a_fault_and_a_forced_decoy_none() -> None:
+    # An attempt past its decoys must get a fault round (else it would loop forever).
+    for attempt in range(200):
+        plan = plan_traffic(SEED, "t", "power-cut", attempt, "round-3", decoy=False)
+        assert plan.fault_after >= 1
+        assert (
+            plan_traffic(SEED, "t", "write-read", attempt, "traffic", decoy=True).fault_after == 0
+        )

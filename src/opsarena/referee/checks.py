@@ -540,7 +540,7 @@ async def check_write_read(host: Host, ctx: CheckContext) -> Verdict:
         # Then a stretch of the fault rounds' own traffic (no fault), so that what a
         # service sees before a fault is what it sees here too.
         tail = plan_traffic(
-            seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0), "traffic", faulty=False
+            seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0), "traffic", decoy=True
         )
         await run_decoy(host, ctx, tail, step="traffic: ")
         steps.append("traffic")
@@ -955,7 +955,8 @@ async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
             name = f"round-{faults + decoys + 1}"
             plan = plan_traffic(
                 seed, ctx.territory, ctx.milestone.id, ctx.attempt, name,
-                text=text.slot if faults + decoys == 0 else None, faulty=decoys < MAX_DECOYS,
+                text=text.slot if faults + decoys == 0 else None,
+                decoy=None if decoys < MAX_DECOYS else False,
             )  # fmt: skip
             first = text if faults + decoys == 0 else None
             if plan.fault_after == 0:

@@ -253,16 +253,16 @@ def plan_traffic(
     name: str,
     *,
     text: Slot | None = None,
-    faulty: bool = True,
+    decoy: bool | None = None,
 ) -> TrafficPlan:
     """One round's traffic, derived from the seed (pure): in seeded order, PUTs of fresh
     values of seeded sizes (1 B to 16 KiB), most read back at once as write-read does,
     GETs of records written earlier in the round, of older ledger records and of ids never
     written, now and then a parallel group of PUTs; the binary, empty, 1 MiB and
-    overwritten values (and `text`, when given) at seeded positions inside it. `faulty`
-    false, or a seeded draw of `DECOY_CHANCE`, makes it a decoy (no fault); else the fault
-    comes once the j-th PUT is acknowledged, j seeded in 1..`FAULT_AFTER_MAX`, early
-    more often than late (`FAULT_AFTER_DECAY`)."""
+    overwritten values (and `text`, when given) at seeded positions inside it. A decoy
+    (no fault) when `decoy` is true, never when it is false, else by a seeded draw of
+    `DECOY_CHANCE`; otherwise the fault comes once the j-th PUT is acknowledged, j seeded
+    in 1..`FAULT_AFTER_MAX`, early more often than late (`FAULT_AFTER_DECAY`)."""
     rng = random.Random(
         int.from_bytes(_key(seed, ["opsarena-traffic", territory, milestone, attempt, name]))
     )
@@ -325,7 +325,8 @@ def plan_traffic(
             group = [sized() for _ in range(rng.randint(*GROUP))]
             add(*group)
             add(*(get(op.id, "parallel read") for op in group))
-    if not faulty or rng.random() < DECOY_CHANCE:
+    drawn = rng.random() < DECOY_CHANCE
+    if decoy or (decoy is None and drawn):
         return TrafficPlan(tuple(steps[: rng.randint(*DECOY_STEPS)]), 0)
     weights = [FAULT_AFTER_DECAY**k for k in range(FAULT_AFTER_MAX)]
     after = rng.choices(range(1, FAULT_AFTER_MAX + 1), weights)[0]
