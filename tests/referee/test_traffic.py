@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 
+from opsarena.referee.checks import CONFIRM_MAX, CONFIRM_ROUNDS, FAULT_ROUNDS, rounds_needed
+from opsarena.referee.ledger import LedgerSummary
 from opsarena.referee.workload import (
     DECOY_STEPS,
     FAULT_AFTER_MAX,
@@ -62,7 +64,7 @@ def test_each_round_holds_every_required_kind_once_inside_its_traffic_never_firs
 def test_the_fault_comes_early_and_late_and_sometimes_not_at_all() -> None:
     rounds = plans(800)
     decoys = [p for p in rounds if p.fault_after == 0]
-    assert 0.1 < len(decoys) / len(rounds) < 0.3
+    assert 0.05 < len(decoys) / len(rounds) < 0.15
     assert all(DECOY_STEPS[0] <= len(p.steps) <= DECOY_STEPS[1] for p in decoys)
     after = collections.Counter(p.fault_after for p in rounds if p.fault_after)
     assert after[1] == max(after.values())  # early most often ...
@@ -96,3 +98,11 @@ def test_a_round_that_may_not_be_a_decoy_always_has_a_fault_and_a_forced_decoy_n
         assert (
             plan_traffic(SEED, "t", "write-read", attempt, "traffic", decoy=True).fault_after == 0
         )
+
+
+def test_an_attempt_takes_two_samples_and_more_the_more_the_service_has_lost() -> None:
+    assert rounds_needed(LedgerSummary(acknowledged=50, verified=50)) == FAULT_ROUNDS == 2
+    once = rounds_needed(LedgerSummary(lost=1))
+    assert once == CONFIRM_ROUNDS + 1
+    assert rounds_needed(LedgerSummary(lost=2, stale=1)) > once
+    assert rounds_needed(LedgerSummary(corrupted=500)) == CONFIRM_MAX

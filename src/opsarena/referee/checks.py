@@ -36,6 +36,7 @@ from opsarena.referee.ledger import (
     UNWRITTEN_AFTER_FAULT,
     Entry,
     Ledger,
+    LedgerSummary,
     Outcome,
     Pending,
     classify,
@@ -662,11 +663,19 @@ async def reread_ledger(
     }
 
 
+FAULT_ROUNDS = 2
+"""Fault rounds in every attempt, all of which must pass. One fault is one sample: a
+service lazy for a fraction f of its acks (careful only after some feature of the
+traffic, or lazy only for some kind of value) is caught by one round with a chance of
+about f, so an attempt takes two."""
 CONFIRM_ROUNDS = 3
-"""Fault rounds an attempt needs, all clean, once the territory's service has lost,
-corrupted or served a stale acknowledged record anywhere in the match: a service that
-loses writes now and then must not pass on one lucky attempt."""
-MAX_DECOYS = 2
+CONFIRM_MAX = 10
+"""Once the territory's service has lost, corrupted or served a stale acknowledged record
+anywhere in the match, a fault attempt needs `CONFIRM_ROUNDS` + that many records clean
+rounds (at most `CONFIRM_MAX`): a service that loses writes now and then must not pass on
+one lucky attempt, and one that keeps losing them must not pass by trying often (the
+rounds grow with its losses, so the odds of a lucky pass shrink with every try)."""
+MAX_DECOYS = 1
 """At most this many decoy rounds (traffic, no fault) in one attempt."""
 ERROR_PAUSE_S = 0.02
 """A lane waits this long after a request that got no answer (during a fault)."""
@@ -943,10 +952,15 @@ async def _fault_round(
     }
 
 
+def rounds_needed(summary: LedgerSummary) -> int:
+    """Fault rounds the next attempt needs (`FAULT_ROUNDS`, `CONFIRM_ROUNDS`). Pure."""
+    bad = summary.lost + summary.corrupted + summary.stale
+    return FAULT_ROUNDS if bad == 0 else min(CONFIRM_MAX, CONFIRM_ROUNDS + bad)
+
+
 async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
     async def run() -> dict[str, Any]:
-        summary = ledger_of(ctx).summary
-        rounds = 1 if summary.lost + summary.corrupted + summary.stale == 0 else CONFIRM_ROUNDS
+        rounds = rounds_needed(ledger_of(ctx).summary)
         seed = workload_seed(ctx)
         text = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
         evidence: dict[str, Any] = {}

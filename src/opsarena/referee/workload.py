@@ -194,7 +194,7 @@ FAULT_AFTER_MAX = 12
 """The fault comes once the round's j-th PUT is acknowledged, j seeded in 1..this."""
 FAULT_AFTER_DECAY = 0.6
 """P(j = k) is proportional to this to the power k - 1: most often early, sometimes late."""
-DECOY_CHANCE = 0.2
+DECOY_CHANCE = 0.1
 """The chance that a round has no fault (a decoy: the same traffic, every read checked)."""
 DECOY_STEPS = (6, 16)
 """A decoy round runs this many of its steps (seeded in the range)."""
