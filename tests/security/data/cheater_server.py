@@ -11,6 +11,7 @@ referee's traffic a service can observe:
   signature    two PUTs in a row with no GET between (the old fault round's opening)
   body         a PUT of an empty body or of 1 MiB or more
   concurrent   two PUTs in flight at the same time
+  overwrite    a PUT to an id already stored
   burst        three requests within 50 ms after 0.5 s without any
 
 Every record it acknowledged survives a restart, a crash and a reboot (the page cache
@@ -51,10 +52,12 @@ class Watch:
             os.sync()
         self.until = time.monotonic() + WINDOW_S
 
-    def request(self, method: str, size: int) -> None:
+    def request(self, method: str, size: int, *, exists: bool = False) -> None:
         now = time.monotonic()
         with self.lock:
-            if self.trigger == "signature":
+            if self.trigger == "overwrite" and method == "PUT" and exists:
+                self._fire()
+            elif self.trigger == "signature":
                 if method == "PUT" and self.last_put:
                     self._fire()
                 self.last_put = method == "PUT"
@@ -104,14 +107,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         size = int(self.headers.get("Content-Length") or 0)
         watch = self.server.watch
-        watch.request("PUT", size)
+        match = ID.match(self.path)
+        path = os.path.join(self.server.dir, match.group(1) if match else "-")
+        watch.request("PUT", size, exists=os.path.exists(path))
         try:
-            match = ID.match(self.path)
             body = self.rfile.read(size)
             if match is None:
                 self._answer(404)
                 return
-            path = os.path.join(self.server.dir, match.group(1))
             temp = f"{path}.{threading.get_ident()}.tmp"
             careful = watch.careful()
             with open(temp, "wb") as f:
@@ -146,8 +149,8 @@ class Server(ThreadingHTTPServer):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trigger", required=True,
-                        choices=["signature", "body", "concurrent", "burst"])  # fmt: skip
+    triggers = ["signature", "body", "concurrent", "overwrite", "burst"]
+    parser.add_argument("--trigger", required=True, choices=triggers)
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dir", default="/var/lib/cheat")
     args = parser.parse_args()
