@@ -42,6 +42,7 @@ SLOW_FILES = (
     "tests/tournament/test_signals.py",
     "tests/challenges/test_incident_repair_flawed.py",
     "tests/referee/test_settle.py",
+    "tests/security/test_referee_unpredictable.py",
 )
 """The files that take longest (junit figures of a CI run), first: with `--dist loadfile`
 each file is one unit of work, so starting the long ones first keeps the last worker
