@@ -41,7 +41,8 @@ from opsarena.referee import Referee
 from opsarena.referee.nemesis import faults_needed
 
 WRITE_READ_REQUESTS = 18 + 15 + 1
-"""One write-read attempt: 18 PUTs, 15 GETs of written ids, 1 GET of an unwritten one."""
+"""One write-read attempt's contract: 18 PUTs, 15 GETs of written ids, 1 GET of an
+unwritten one (then its seeded `traffic` stretch, not counted here)."""
 
 
 def children_cpu() -> float:
@@ -185,7 +186,8 @@ async def main() -> None:
                 if m.endswith("_ms") and "fault" not in m
             )
             + f"; write-read PUT {run['write_read_bytes']} value "
-            f"bytes in {WRITE_READ_REQUESTS} requests; {run['reread_after_reboot']:.0f} "
+            f"bytes in {WRITE_READ_REQUESTS} requests (then its traffic stretch); "
+            f"{run['reread_after_reboot']:.0f} "
             "records re-read after the reboot"
         )
     to_durable = [run["listen_to_durable_s"] for run in runs]

@@ -50,6 +50,7 @@ SLOW_FILES = (
     "tests/referee/test_settle.py",
     "tests/security/test_db_paths.py",
     "tests/security/test_log_flood.py",
+    "tests/security/test_referee_unpredictable.py",
 )
 """The files that take longest (junit figures of a CI run), first: with `--dist loadfile`
 each file is one unit of work, so starting the long ones first keeps the last worker

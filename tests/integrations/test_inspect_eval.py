@@ -189,7 +189,7 @@ async def test_reference_service_scores_one(match_prefix: str, tmp_path: Path) -
     assert [m["passed"] for m in metadata["milestones"]] == [True, True, True, True]
     assert metadata["failure_reasons"] == []
     kinds = [e["fault"] for e in metadata["referee_events"] if e["type"] == "fault_injected"]
-    assert kinds == ["restart", "reboot"]
+    assert kinds == ["restart", "restart", "reboot", "reboot"]  # two fault rounds each
     assert metadata["usage"]["total_tokens"] == 4 * 1100
     dumped = dump(log.location)
     assert dumped["eval"]["task"] == "opsarena/durable_records"
@@ -223,7 +223,8 @@ async def test_tls_gateway_deployed_from_the_seeded_brief_scores_one(
     assert value == 1.0, explanation
     assert metadata["durable"] is True and metadata["failure_reasons"] == []
     assert [e["fault"] for e in metadata["referee_events"] if e["type"] == "fault_injected"] == [
-        "reboot"
+        "reboot",
+        "reboot",
     ]
     # The agent read the brief rendered with the seed the score reveals, and the seed
     # opens the commitment the sample published before the agent started.

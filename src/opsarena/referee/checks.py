@@ -4,7 +4,9 @@ Registered as `health`, `write-read`, `restart-durability`, `reboot-durability` 
 `fault-durability` (the fault its milestone names). Each probes the service only through
 `http_request` (h11 over `Host.connect`) and injects faults only through
 `ctx.inject_fault`. Every acknowledged PUT goes into the territory's ledger
-(`ctx.pending`); after every fault the whole ledger is re-read (bounded, see
+(`ctx.pending`); a fault lands at a seeded moment inside seeded traffic
+(`opsarena.referee.workload.plan_traffic`: nothing tells a service whether or when one
+comes); after every fault the whole ledger is re-read (bounded, see
 `opsarena.referee.ledger`). Every way an attempt can end is a `Verdict` whose
 failure_reason is a row of `opsarena.referee.failures.REASONS`.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import hmac
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence, Set
 from typing import Any, TypeVar
@@ -33,6 +36,7 @@ from opsarena.referee.ledger import (
     UNWRITTEN_AFTER_FAULT,
     Entry,
     Ledger,
+    LedgerSummary,
     Outcome,
     Pending,
     classify,
@@ -41,12 +45,15 @@ from opsarena.referee.nemesis import Fault, get_fault, milestone_fault
 from opsarena.referee.ownership import port_ownership_verdict
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
 from opsarena.referee.workload import (
+    Op,
     Record,
     Slot,
+    TrafficPlan,
     first_difference,
-    make_record,
     plan_attempt,
+    plan_traffic,
     regenerate,
+    slot_value,
     unwritten_id,
 )
 
@@ -255,20 +262,26 @@ async def put_record(
             )
         raise
     if not 200 <= response.status < 300:
-        raise _failed(
-            "bad_status",
-            Observation(
-                step=step,
-                elapsed_ms=response.elapsed_ms,
-                phase="receive",
-                status=response.status,
-                expected="a 2xx status",
-                received=f"status {response.status} with {body_summary(response.body)}",
-                reproduce=curl_line("PUT", ctx.challenge.port, target, body=record.value),
-            ),
-        )
+        raise _not_stored(ctx, record, response, step=step)
     pending.write(record.id, record.value, record.slot, acknowledged=True, concurrent=concurrent)
     return response.elapsed_ms
+
+
+def _not_stored(ctx: CheckContext, record: Record, response: HttpResponse, *, step: str) -> Decided:
+    """`bad_status` for a PUT of `record` answered with a status that is not 2xx."""
+    return _failed(
+        "bad_status",
+        Observation(
+            step=step,
+            elapsed_ms=response.elapsed_ms,
+            phase="receive",
+            status=response.status,
+            expected="a 2xx status",
+            received=f"status {response.status} with {body_summary(response.body)}",
+            reproduce=curl_line("PUT", ctx.challenge.port, f"/records/{record.id}",
+                                body=record.value),
+        ),
+    )  # fmt: skip
 
 
 _OUTCOMES: dict[str, Outcome] = {
@@ -524,6 +537,14 @@ async def check_write_read(host: Host, ctx: CheckContext) -> Verdict:
                 host, ctx, record_id, step=f"unwritten: GET /records/{record_id} (never written)"
             )
         steps.append("unwritten")
+
+        # Then a stretch of the fault rounds' own traffic (no fault), so that what a
+        # service sees before a fault is what it sees here too.
+        tail = plan_traffic(
+            seed, ctx.territory, ctx.milestone.id, max(ctx.attempt, 0), "traffic", decoy=True
+        )
+        await run_decoy(host, ctx, tail, step="traffic: ")
+        steps.append("traffic")
         return {
             "record": plan.text.id,
             "value": plan.text.value.decode(),
@@ -564,9 +585,7 @@ async def reread_ledger(
     total = len(ledger.entries)
     seed = workload_seed(ctx)
     entries = ledger.sample(seed, ctx.territory, f"{ctx.milestone.id}:{ctx.attempt}", must)
-    others = {
-        h: e.id for e in ledger.entries.values() for h in e.accepted if h != EMPTY_SHA256
-    }
+    others = {h: e.id for e in ledger.entries.values() for h in e.accepted if h != EMPTY_SHA256}
     gate = asyncio.Semaphore(REREAD_PARALLEL)
     failures: list[tuple[str, Decided]] = []
     unanswered: list[tuple[str, Decided]] = []
@@ -647,158 +666,326 @@ async def reread_ledger(
     }
 
 
-FAULT_WRITERS = 2
-"""PUT streams kept running while a fault is injected, so that the fault lands on a
-service with writes just acknowledged and others in flight (Jepsen's way), never on a
-quiet one."""
-STREAM_MAX = 48
-"""At most this many stream records per fault round."""
-STREAM_PAUSE_S = 0.005
-"""Each stream writer waits this long between its PUTs."""
+FAULT_ROUNDS = 2
+"""Fault rounds in every attempt, all of which must pass. One fault is one sample: a
+service lazy for a fraction f of its acks (careful only after some feature of the
+traffic, or lazy only for some kind of value) is caught by one round with a chance of
+about f, so an attempt takes two."""
 CONFIRM_ROUNDS = 3
-"""Fault rounds an attempt needs, all clean, once the territory's service has lost,
-corrupted or served a stale acknowledged record anywhere in the match: a service that
-loses writes now and then must not pass on one lucky attempt."""
+CONFIRM_MAX = 10
+"""Once the territory's service has lost, corrupted or served a stale acknowledged record
+anywhere in the match, a fault attempt needs `CONFIRM_ROUNDS` + that many records clean
+rounds (at most `CONFIRM_MAX`): a service that loses writes now and then must not pass on
+one lucky attempt, and one that keeps losing them must not pass by trying often (the
+rounds grow with its losses, so the odds of a lucky pass shrink with every try)."""
+MAX_DECOYS = 1
+"""At most this many decoy rounds (traffic, no fault) in one attempt."""
+ERROR_PAUSE_S = 0.02
+"""A lane waits this long after a request that got no answer (during a fault)."""
 
 
-@dataclasses.dataclass
-class _Stream:
-    """PUTs of fresh records kept going while a fault is injected. Each answer's arrival is
-    timed, so that afterwards only writes acknowledged before the fault's destructive
-    step (`Host.last_fault_at`) must survive it; later ones, and requests that left
-    without an answer, are indeterminate."""
+class _Traffic:
+    """One round's traffic (`opsarena.referee.workload.plan_traffic`): its steps in order,
+    a step's requests at once. Until the fault begins every answer is judged: a wrong one
+    stops the round (the first in plan order is reported). A PUT answered 2xx before the
+    fault began enters the ledger at once; from then on only the destructive instant
+    (`Host.last_fault_at`, read by `settle`) decides: answered before it, acknowledged;
+    later or never, indeterminate. Reads after the fault began are not judged."""
 
-    host: Host
-    ctx: CheckContext
-    seed: bytes
-    suffix: str
-    done: list[tuple[Record, float | None]] = dataclasses.field(default_factory=list)
-    in_flight: set[Record] = dataclasses.field(default_factory=set)
-    issued: int = 0
-    stopped: bool = False
+    def __init__(
+        self,
+        host: Host,
+        ctx: CheckContext,
+        plan: TrafficPlan,
+        *,
+        step: str,
+        text: Record | None,
+    ) -> None:
+        self.host, self.ctx, self.plan, self.step, self.text = host, ctx, plan, step, text
+        self.seed = workload_seed(ctx)
+        self.pending = pending_of(ctx)
+        ledger = ledger_of(ctx)
+        fresh = {op.id for op in plan.puts()}
+        self.olds = sorted(
+            (e for e in ledger.entries.values() if e.id not in fresh),
+            key=lambda e: hmac.new(self.seed, f"opsarena-old:{step}:{e.id}".encode(),
+                                   hashlib.sha256).digest(),
+        )  # fmt: skip
+        self.others = {
+            h: e.id for e in ledger.entries.values() for h in e.accepted if h != EMPTY_SHA256
+        }
+        self.crashed: list[Exception] = []
+        self.ran = 0
+        self.acked = 0
+        self.stopped = False
+        self.fault_began: float | None = None
+        self.reached = asyncio.Event()
+        self.failures: list[tuple[int, Decided]] = []
+        self.late: list[tuple[Record, float | None]] = []
+        """PUTs answered (time) or sent without an answer (None) once the fault began."""
+        self.acknowledged: list[Record] = []
+        self.current: dict[str, Record | None] = {}
+        """Id -> its last acknowledged record this round (None: a write without answer)."""
+        self.older: dict[str, list[bytes]] = {}
 
-    def _next(self) -> Record:
-        name = f"stream-{self.issued}{self.suffix}"
-        self.issued += 1
-        slot = Slot(self.ctx.territory, self.ctx.milestone.id, self.ctx.attempt, name)
-        return make_record(self.seed, slot)
+    @property
+    def judging(self) -> bool:
+        return self.fault_began is None
 
-    async def writer(self) -> None:
-        limits = limits_of(self.ctx)
-        while not self.stopped and self.issued < STREAM_MAX:
-            record = self._next()
-            self.in_flight.add(record)
-            try:
-                response = await http_request(
-                    self.host, self.ctx.challenge.port, "PUT", f"/records/{record.id}",
-                    body=record.value, limits=limits,
-                )  # fmt: skip
-            except ProbeError as exc:
-                self.in_flight.discard(record)
-                if exc.phase != "connect":
-                    self.done.append((record, None))
-                await asyncio.sleep(0.02)
-                continue
-            except (HostError, OSError):
-                self.in_flight.discard(record)
-                await asyncio.sleep(0.02)
-                continue
-            self.in_flight.discard(record)
-            if 200 <= response.status < 300:
-                self.done.append((record, time.monotonic()))
-            await asyncio.sleep(STREAM_PAUSE_S)
+    def _record(self, op: Op) -> Record:
+        assert op.slot is not None
+        if self.text is not None and op.slot == self.text.slot:
+            return self.text
+        return Record(op.slot, op.id, slot_value(self.seed, op.slot))
 
-    def settle(self, pending: Pending, cutoff: float) -> tuple[int, int]:
-        """Put every stream write into the ledger: acknowledged when its answer came
-        before `cutoff`, else indeterminate. Returns (acknowledged, indeterminate)."""
-        acknowledged = indeterminate = 0
-        for record in self.in_flight:
-            self.done.append((record, None))
-        self.in_flight.clear()
-        for record, answered in self.done:
+    async def run(self) -> None:
+        """Send the steps in order (a step's requests at once) until the plan ends or
+        `stopped`; sets `reached` when the fault is due, a request failed, or at the end."""
+        try:
+            for index, step in enumerate(self.plan.steps):
+                if self.stopped:
+                    return
+                results = await asyncio.gather(
+                    *(self._run(op) for op in step.ops), return_exceptions=True
+                )
+                self.ran += len(step.ops)
+                for result in results:
+                    if isinstance(result, Decided):
+                        self.failures.append((index, result))
+                    elif isinstance(result, BaseException):
+                        raise result
+                if self.failures:
+                    return
+                if False in results:  # no answer once the fault began: not so fast
+                    await asyncio.sleep(ERROR_PAUSE_S)
+                elif step.pause_ms:
+                    await asyncio.sleep(step.pause_ms / 1000)
+        except Exception as exc:  # a bug of ours: reported by `first_failure`, never hidden
+            self.crashed.append(exc)
+        finally:
+            self.reached.set()
+
+    async def _run(self, op: Op) -> bool:
+        """One request; False when it got no answer once the fault began. Raises
+        `Decided` for a wrong answer (or none) while answers are judged."""
+        judging = self.judging
+        try:
+            await self._send(op)
+        except Decided:
+            if judging and self.judging:
+                raise
+            return False
+        return True
+
+    async def _send(self, op: Op) -> None:
+        target = f"/records/{op.id}"
+        step = f"{self.step}{op.label}: {'PUT' if op.kind == 'put' else 'GET'} {target}"
+        if op.kind == "put":
+            await self._put(op, target, step)
+        elif op.kind == "get":
+            await self._get(op, target, step)
+        elif op.kind == "old" and self.olds:
+            await self._old(self.olds[op.pick % len(self.olds)], step)
+        else:
+            record_id = op.id or unwritten_id(
+                self.seed, self.ctx.territory, self.ctx.milestone.id, self.ctx.attempt,
+                2000 + op.pick % 1000,
+            )  # fmt: skip
+            step = f"{self.step}never written: GET /records/{record_id}"
+            await probe_unwritten(self.host, self.ctx, record_id, step=step)
+
+    async def _put(self, op: Op, target: str, step: str) -> None:
+        record = self._record(op)
+        try:
+            response = await request(
+                self.host, self.ctx, "PUT", target, body=record.value, step=step
+            )
+        except Decided as decided:
+            self.current[op.id] = None
+            if decided.sent and self.fault_began is not None:
+                self.late.append((record, None))
+            elif decided.sent:
+                self.pending.write(record.id, record.value, record.slot, acknowledged=False)
+            raise
+        answered = time.monotonic()
+        ok = 200 <= response.status < 300
+        if self.fault_began is not None:
+            # Answered once the fault began: the destructive instant decides (`settle`).
+            self.late.append((record, answered if ok else None))
+            self.current[op.id] = None
+            return
+        if not ok:
+            raise _not_stored(self.ctx, record, response, step=step)
+        self.pending.write(record.id, record.value, record.slot, acknowledged=True)
+        previous = self.current.get(op.id)
+        if previous is not None and previous.value != record.value:
+            self.older.setdefault(op.id, []).append(previous.value)
+        self.current[op.id] = record
+        self.acknowledged.append(record)
+        if record.sha256 != EMPTY_SHA256:
+            self.others[record.sha256] = record.id
+        self.acked += 1
+        if self.plan.fault_after and self.acked >= self.plan.fault_after:
+            self.reached.set()
+
+    async def _get(self, op: Op, target: str, step: str) -> None:
+        expected = self.current.get(op.id)
+        response = await request(self.host, self.ctx, "GET", target, step=step)
+        if not self.judging or expected is None:
+            return
+        verdict = judge_read(
+            response, expected.value, step=step, older=self.older.get(op.id, []),
+            others={h: i for h, i in self.others.items() if i != op.id},
+            reproduce=curl_line("GET", self.ctx.challenge.port, target,
+                                save=not _printable(expected.value)),
+        )  # fmt: skip
+        outcome = "ok" if verdict is None else _outcome_of(verdict.failure_reason)
+        if outcome is not None:
+            self.pending.count(outcome, op.id)
+        if verdict is not None:
+            raise Decided(verdict)
+
+    async def _old(self, entry: Entry, step: str) -> None:
+        target = f"/records/{entry.id}"
+        step = f"{self.step}older record: GET {target}"
+        response = await request(self.host, self.ctx, "GET", target, step=step)
+        if not self.judging or entry.id not in ledger_of(self.ctx).entries:
+            return
+        outcome = classify(entry, response.status, hashlib.sha256(response.body).hexdigest())
+        if outcome == "ok":
+            self.pending.count("ok", entry.id)
+            return
+        if outcome is not None:
+            self.pending.count(outcome, entry.id)
+        values = [regenerate(self.seed, dataclasses.replace(s, territory=self.ctx.territory))
+                  for s in entry.slots]  # fmt: skip
+        verdict = judge_read(
+            response, values[0], step=step, also=values[1:],
+            older=[response.body] if outcome == "stale" else [],
+            others={h: i for h, i in self.others.items() if i != entry.id},
+            reproduce=curl_line("GET", self.ctx.challenge.port, target,
+                                save=any(not _printable(v) for v in values)),
+        )  # fmt: skip
+        assert verdict is not None
+        raise Decided(verdict)
+
+    def first_failure(self) -> Decided | None:
+        if self.crashed:
+            raise self.crashed[0]
+        return min(self.failures, key=lambda f: f[0])[1] if self.failures else None
+
+    def settle(self, cutoff: float) -> tuple[int, int]:
+        """Put the PUTs answered or sent once the fault began into the ledger:
+        acknowledged when answered before `cutoff`, else indeterminate. Returns
+        (acknowledged before the cutoff in all, indeterminate)."""
+        late = 0
+        indeterminate = 0
+        for record, answered in self.late:
             sure = answered is not None and answered < cutoff
-            pending.write(record.id, record.value, record.slot, acknowledged=sure)
-            acknowledged += sure
+            self.pending.write(record.id, record.value, record.slot, acknowledged=sure)
+            late += sure
             indeterminate += not sure
-        return acknowledged, indeterminate
+        self.late.clear()
+        return len(self.acknowledged) + late, indeterminate
+
+    def ids(self) -> set[str]:
+        return {op.id for op in self.plan.puts()}
+
+
+async def _stop(traffic: _Traffic, task: asyncio.Task[None]) -> None:
+    traffic.stopped = True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def run_decoy(host: Host, ctx: CheckContext, plan: TrafficPlan, *, step: str,
+                    text: Record | None = None) -> int:  # fmt: skip
+    """Run `plan`'s traffic with no fault, every answer judged; returns the operations
+    run. Raises `Decided` with the first failure in plan order."""
+    traffic = _Traffic(host, ctx, plan, step=step, text=text)
+    await traffic.run()
+    if (failure := traffic.first_failure()) is not None:
+        raise failure
+    return traffic.ran
 
 
 async def _fault_round(
-    host: Host, ctx: CheckContext, fault: Fault, round_no: int
+    host: Host, ctx: CheckContext, fault: Fault, plan: TrafficPlan, text: Record | None
 ) -> dict[str, Any]:
-    """One round: PUT a record of every kind (no read-back: the fault must not find a
-    service that was just asked to read), inject `fault` while two streams of PUTs
-    run, wait for health, check who holds the port (processes started after the fault
-    began), and re-read the whole ledger. Returns evidence; raises `Decided`."""
-    seed = workload_seed(ctx)
-    suffix = "" if round_no == 1 else f"@{round_no}"
-
-    def slot(name: str) -> Slot:
-        return Slot(ctx.territory, ctx.milestone.id, ctx.attempt, name + suffix)
-
+    """One round: the seeded traffic starts; once its `plan.fault_after`-th PUT is
+    acknowledged, `fault` is injected while the traffic goes on; then wait for health,
+    check who holds the port (processes started after the fault began), and re-read the
+    ledger (every record written in this round among it). Returns evidence; raises
+    `Decided`."""
     before = f"before the {fault.name}, "
-    records: list[Record] = []
-    text: Record | None = None
-    if round_no == 1:
-        text = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
-        records.append(text)
-    first = make_record(seed, slot("overwrite-1"))
-    records += [
-        make_record(seed, slot("binary")),
-        make_record(seed, slot("empty")),
-        make_record(seed, slot("large")),
-        first,
-        make_record(seed, slot("overwrite-2"), id_of=slot("overwrite-1")),
-    ]
-    for record in records:
-        await put_record(host, ctx, record, step=f"{before}PUT /records/{record.id}")
-    stream = _Stream(host, ctx, seed, suffix)
+    traffic = _Traffic(host, ctx, plan, step=before, text=text)
     since = host.clock_ticks()
     began = time.monotonic()
-    writers = [asyncio.create_task(stream.writer()) for _ in range(FAULT_WRITERS)]
+    task = asyncio.create_task(traffic.run())
+    fault_ms = 0
     try:
+        await traffic.reached.wait()
+        if (failure := traffic.first_failure()) is not None:
+            raise failure
+        traffic.fault_began = time.monotonic()
         fault_ms = await inject(host, ctx, fault)
     finally:
-        stream.stopped = True
-        for task in writers:
-            task.cancel()
-        await asyncio.gather(*writers, return_exceptions=True)
+        await _stop(traffic, task)
         at = host.last_fault_at
-        # No destructive step after the streams began: every answer came before any fault.
+        # No destructive step after the traffic began: every answer came before any fault.
         cutoff = at if at is not None and at >= began else float("inf")
-        in_flight = stream.settle(pending_of(ctx), cutoff)
+        acknowledged, indeterminate = traffic.settle(cutoff)
     ready_ms = await wait_healthy(host, ctx, fault)
     step = f"{fault.after}, owner of port {ctx.challenge.port}"
     if owned := await port_ownership_verdict(host, ctx, step=step, since=since, fault=fault.name):
         raise Decided(owned)
     started = time.monotonic()
-    must = {r.id for r in records} | {r.id for r, _ in stream.done}
-    reread = await reread_ledger(host, ctx, fault, must)
-    evidence: dict[str, Any] = {
+    reread = await reread_ledger(host, ctx, fault, traffic.ids())
+    return {
         fault.name: True,
         "attempt": ctx.attempt,
         "fault_ms": fault_ms,
         "ready_ms": ready_ms,
         "read_ms": int((time.monotonic() - started) * 1000),
-        "written_before_fault": len(records),
-        "in_flight_acknowledged": in_flight[0],
-        "in_flight_indeterminate": in_flight[1],
+        "traffic_ops": traffic.ran,
+        "fault_after_acknowledged": plan.fault_after,
+        "acknowledged_before_fault": acknowledged,
+        "indeterminate": indeterminate,
         **reread,
     }
-    if text is not None:
-        evidence = {"record": text.id, "value": text.value.decode(), **evidence}
-    return evidence
+
+
+def rounds_needed(summary: LedgerSummary) -> int:
+    """Fault rounds the next attempt needs (`FAULT_ROUNDS`, `CONFIRM_ROUNDS`). Pure."""
+    bad = summary.lost + summary.corrupted + summary.stale
+    return FAULT_ROUNDS if bad == 0 else min(CONFIRM_MAX, CONFIRM_ROUNDS + bad)
 
 
 async def _durability(host: Host, ctx: CheckContext, fault: Fault) -> Verdict:
     async def run() -> dict[str, Any]:
-        summary = ledger_of(ctx).summary
-        rounds = 1 if summary.lost + summary.corrupted + summary.stale == 0 else CONFIRM_ROUNDS
+        rounds = rounds_needed(ledger_of(ctx).summary)
+        seed = workload_seed(ctx)
+        text = text_record(ctx, Slot(ctx.territory, ctx.milestone.id, ctx.attempt, "text"))
         evidence: dict[str, Any] = {}
-        for round_no in range(1, rounds + 1):
-            found = await _fault_round(host, ctx, fault, round_no)
-            evidence = {**found, **{k: v for k, v in evidence.items() if k in ("record", "value")}}
-        return {**evidence, "rounds": rounds}
+        decoys = faults = 0
+        while faults < rounds:
+            name = f"round-{faults + decoys + 1}"
+            plan = plan_traffic(
+                seed, ctx.territory, ctx.milestone.id, ctx.attempt, name,
+                text=text.slot if faults + decoys == 0 else None,
+                decoy=None if decoys < MAX_DECOYS else False,
+            )  # fmt: skip
+            first = text if faults + decoys == 0 else None
+            if plan.fault_after == 0:
+                await run_decoy(host, ctx, plan, step=f"before the {fault.name}, ", text=first)
+                decoys += 1
+                continue
+            evidence = await _fault_round(host, ctx, fault, plan, first)
+            faults += 1
+        return {
+            "record": text.id, "value": text.value.decode(), **evidence,
+            "rounds": rounds, "decoys": decoys,
+        }  # fmt: skip
 
     return await _decide(run())
 
