@@ -76,6 +76,14 @@ def test_the_fault_comes_early_and_late_and_sometimes_not_at_all() -> None:
         assert 0 < before < len(rounds) / 4, kind
 
 
+def test_about_half_the_fault_rounds_fall_silent_at_the_fault_whatever_comes_before() -> None:
+    faulty = [p for p in plans(800) if p.fault_after]
+    hushed = [p for p in faulty if p.hush]
+    assert 0.4 < len(hushed) / len(faulty) < 0.6
+    # Silence is not tied to where the fault comes: early and late faults both get it.
+    assert {p.fault_after for p in hushed} == {p.fault_after for p in faulty}
+
+
 def test_every_value_regenerates_from_its_slot_and_no_put_uses_a_never_written_id() -> None:
     plan = plans(1)[0]
     unwritten = {unwritten_id(SEED, "t", "power-cut", 1, i) for i in range(2000)}

@@ -826,6 +826,10 @@ class _Traffic:
             self.others[record.sha256] = record.id
         self.acked += 1
         if self.plan.fault_after and self.acked >= self.plan.fault_after:
+            # A hushed round sends nothing more: the fault lands on this write with no
+            # later request to prompt the service (requests of its step still in flight
+            # go on).
+            self.stopped = self.stopped or self.plan.hush
             self.reached.set()
 
     async def _get(self, op: Op, target: str, step: str) -> None:
@@ -913,7 +917,8 @@ async def _fault_round(
     host: Host, ctx: CheckContext, fault: Fault, plan: TrafficPlan, text: Record | None
 ) -> dict[str, Any]:
     """One round: the seeded traffic starts; once its `plan.fault_after`-th PUT is
-    acknowledged, `fault` is injected while the traffic goes on; then wait for health,
+    acknowledged, `fault` is injected while the traffic goes on (or, in a hushed round,
+    with nothing more sent: `TrafficPlan.hush`); then wait for health,
     check who holds the port (processes started after the fault began), and re-read the
     ledger (every record written in this round among it). Returns evidence; raises
     `Decided`."""
@@ -949,6 +954,7 @@ async def _fault_round(
         "read_ms": int((time.monotonic() - started) * 1000),
         "traffic_ops": traffic.ran,
         "fault_after_acknowledged": plan.fault_after,
+        "hushed": plan.hush,
         "acknowledged_before_fault": acknowledged,
         "indeterminate": indeterminate,
         **reread,

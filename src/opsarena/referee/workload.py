@@ -205,6 +205,13 @@ SIZED_MAX_BITS = 14
 PAUSES_MS = (0, 0, 1, 2, 4, 8, 15)
 IDLE_MS = (40, 120)
 IDLE_CHANCE = 0.04
+HUSH_CHANCE = 0.5
+"""The chance that a fault round's traffic falls silent at the acknowledgement the fault
+waits for, until the fault is over: the fault then lands on a write no later request
+followed, so a service that makes a write durable only when the next request comes
+(or when it sees the traffic go on) loses it. Otherwise the traffic goes on during the
+fault, and writes in flight at the destructive instant are judged too. A silence after
+an acknowledgement is also ordinary traffic (`IDLE_MS`, and every round's end)."""
 GROUP = (2, 4)
 """A parallel step PUTs this many fresh records at once (then GETs them at once)."""
 
@@ -240,6 +247,9 @@ class TrafficPlan:
 
     steps: tuple[Step, ...]
     fault_after: int
+    hush: bool = False
+    """Fall silent at the `fault_after`-th acknowledgement until the fault is over
+    (`HUSH_CHANCE`)."""
 
     def puts(self) -> list[Op]:
         return [op for step in self.steps for op in step.ops if op.kind == "put"]
@@ -331,4 +341,4 @@ def plan_traffic(
     weights = [FAULT_AFTER_DECAY**k for k in range(FAULT_AFTER_MAX)]
     after = rng.choices(range(1, FAULT_AFTER_MAX + 1), weights)[0]
     puts = sum(op.kind == "put" for step in steps for op in step.ops)
-    return TrafficPlan(tuple(steps), min(after, puts))
+    return TrafficPlan(tuple(steps), min(after, puts), hush=rng.random() < HUSH_CHANCE)

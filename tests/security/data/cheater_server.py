@@ -13,6 +13,9 @@ referee's traffic a service can observe:
   concurrent   two PUTs in flight at the same time
   overwrite    a PUT to an id already stored
   burst        three requests within 50 ms after 0.5 s without any
+  next         (no window) every write becomes durable when the next request arrives:
+               `sync()` before that request is handled, so a write is at risk only
+               until the service hears from the referee again
 
 Every record it acknowledged survives a restart, a crash and a reboot (the page cache
 keeps it); a power cut loses what was acknowledged outside a window. Standard library
@@ -43,6 +46,7 @@ class Watch:
         self.last_put = False
         self.puts_in_flight = 0
         self.arrivals: list[float] = []
+        self.dirty = False
 
     def careful(self) -> bool:
         return time.monotonic() < self.until
@@ -55,7 +59,11 @@ class Watch:
     def request(self, method: str, size: int, *, exists: bool = False) -> None:
         now = time.monotonic()
         with self.lock:
-            if self.trigger == "overwrite" and method == "PUT" and exists:
+            if self.trigger == "next":
+                if self.dirty:
+                    os.sync()
+                    self.dirty = False
+            elif self.trigger == "overwrite" and method == "PUT" and exists:
                 self._fire()
             elif self.trigger == "signature":
                 if method == "PUT" and self.last_put:
@@ -72,6 +80,10 @@ class Watch:
                 self.arrivals = [now] if quiet else [*self.arrivals[-2:], now]
                 if len(self.arrivals) == 3 and now - self.arrivals[0] <= 0.05:
                     self._fire()
+
+    def wrote(self) -> None:
+        with self.lock:
+            self.dirty = True
 
     def done(self, method: str) -> None:
         if self.trigger == "concurrent" and method == "PUT":
@@ -123,6 +135,7 @@ class Handler(BaseHTTPRequestHandler):
                     f.flush()
                     os.fsync(f.fileno())
             os.rename(temp, path)
+            watch.wrote()
             if careful:
                 fd = os.open(self.server.dir, os.O_RDONLY)
                 try:
@@ -149,7 +162,7 @@ class Server(ThreadingHTTPServer):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    triggers = ["signature", "body", "concurrent", "overwrite", "burst"]
+    triggers = ["signature", "body", "concurrent", "overwrite", "burst", "next"]
     parser.add_argument("--trigger", required=True, choices=triggers)
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--dir", default="/var/lib/cheat")
