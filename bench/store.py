@@ -78,7 +78,9 @@ def throughput(target: str, matches: int, per_match: int) -> float:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, target, f"tp{i}", str(per_match)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(matches)
     ]

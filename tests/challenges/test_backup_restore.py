@@ -104,9 +104,7 @@ async def test_backup_restore_calibration(
     if outcomes[-1] == "record_missing":
         assert "measured RPO" in (details[-1] or "")
     if builder == "reference":
-        losses = [
-            d["evidence"] for d in log.of("milestone_passed") if "disk-loss" in d["evidence"]
-        ]
+        losses = [d["evidence"] for d in log.of("milestone_passed") if "disk-loss" in d["evidence"]]
         assert len(losses) == 2
         for evidence in losses:
             assert evidence["measured_rpo_ms"] is not None

@@ -68,11 +68,18 @@ UID_MAP = "         0     100000      65536\n"
 
 
 def creds(
-    uids: str = "999 999 999 999", gids: str = "999 999 999 999", *, groups: str = "",
-    nnp: int = 1, prm: str = "0" * 16, eff: str = "0" * 16, amb: str = "0" * 16,
+    uids: str = "999 999 999 999",
+    gids: str = "999 999 999 999",
+    *,
+    groups: str = "",
+    nnp: int = 1,
+    prm: str = "0" * 16,
+    eff: str = "0" * 16,
+    amb: str = "0" * 16,
 ) -> object:
     """Credentials parsed from a status text written as the kernel writes it (ids as the
     host sees them; the machine's are 100000 higher)."""
+
     def machine(ids: str) -> str:
         return "\t".join(str(100000 + int(i)) for i in ids.split())
 

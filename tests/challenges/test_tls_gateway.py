@@ -53,9 +53,12 @@ def test_the_redirect_and_hsts_judges() -> None:
 
     good = answer(301, Location="https://gw.test/records/a")
     assert checks.judge_redirect(good, "gw.test", "/records/a") is None
-    assert checks.judge_redirect(
-        answer(308, Location="https://gw.test:443/records/a"), "gw.test", "/records/a"
-    ) is None
+    assert (
+        checks.judge_redirect(
+            answer(308, Location="https://gw.test:443/records/a"), "gw.test", "/records/a"
+        )
+        is None
+    )
     assert checks.judge_redirect(answer(200), "gw.test", "/r").startswith("no_redirect")
     assert checks.judge_redirect(
         answer(302, Location="https://gw.test/r"), "gw.test", "/r"

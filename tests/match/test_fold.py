@@ -640,5 +640,6 @@ def test_a_resumed_match_keeps_the_quotas_it_was_created_with() -> None:
     plan = resumed_plan(older, challenge, b"s" * 16, b"n" * 16, driver="podman")
     default = MatchPlan(challenge, [], 60.0)
     assert (plan.disk_quota_mb, plan.disk_inode_quota) == (
-        default.disk_quota_mb, default.disk_inode_quota
+        default.disk_quota_mb,
+        default.disk_inode_quota,
     )

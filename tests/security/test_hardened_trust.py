@@ -147,9 +147,7 @@ async def test_every_holder_of_the_socket_is_judged(host_factory: HostFactory) -
         host, TWO_HOLDERS,
         f"User={USER}\nAmbientCapabilities=CAP_DAC_OVERRIDE\nNoNewPrivileges=yes\n",
     )  # fmt: skip
-    caps = await sh(
-        host, f"for p in $({SERVERS}); do grep '^CapEff:' /proc/$p/status; done"
-    )
+    caps = await sh(host, f"for p in $({SERVERS}); do grep '^CapEff:' /proc/$p/status; done")
     assert sorted(caps.split()) == sorted(
         ["CapEff:", "0000000000000000", "CapEff:", "0000000000000002"]
     ), caps  # one holder clean, one with CAP_DAC_OVERRIDE

@@ -89,7 +89,8 @@ def test_the_seed_is_nowhere_a_competitor_looks_until_the_match_closes(tmp_path:
     events = json.loads("[" + ",".join(cli("events", match_id, "--json", "--db", str(db))
                                        .stdout.split("\n")[:-1]) + "]")  # fmt: skip
     loot = "\n".join(
-        e["data"]["text"] for e in events
+        e["data"]["text"]
+        for e in events
         if e["type"] == "agent_output" and e["data"].get("agent", "").startswith("hunter")
     )
     assert "looted" in loot, loot[:2000]

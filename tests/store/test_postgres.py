@@ -71,9 +71,7 @@ def test_the_schema_is_created_once_with_its_version(url: str) -> None:
         thread.join(60)
     assert errors == []
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT version FROM opsarena_schema").fetchall() == [
-            (SCHEMA_VERSION,)
-        ]
+        assert conn.execute("SELECT version FROM opsarena_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_a_database_of_another_application_is_refused_and_left_alone(url: str) -> None:
@@ -236,7 +234,6 @@ async def test_a_waiter_for_some_matches_wakes_at_their_appends_only(
             assert not waiting.done()  # another match's append does not wake it
             await other.append("b", "x", {}, 0)
             await asyncio.wait_for(waiting, LIVE_S)
-
 
 
 async def test_a_waiter_cancelled_as_its_notification_lands_is_cancelled(

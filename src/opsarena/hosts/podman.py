@@ -901,9 +901,7 @@ class PodmanHost(Host):
         except OSError as exc:
             raise DiskMeasureError(f"cannot measure the disk of {self.name}: {exc}") from exc
         if counted.code is None:
-            raise DiskMeasureError(
-                f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s"
-            )
+            raise DiskMeasureError(f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s")
         totals = [line.split()[0] for line in counted.out.splitlines() if line]
         if len(totals) != 2 or not all(total.isdigit() for total in totals):
             raise DiskMeasureError(

@@ -115,7 +115,6 @@ REASONS: dict[str, Reason] = dict(
 )
 
 
-
 def table_for(challenge: Challenge) -> dict[str, Reason]:
     """The failure table a challenge's verdicts are held to: `REASONS` plus the rows its
     `failure_reasons` adds (each the competitor's fault). Pure."""

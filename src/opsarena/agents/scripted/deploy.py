@@ -280,8 +280,7 @@ def sandbox_script(flaw: str | None, target: ServiceTarget | None = None) -> str
         return closed
     user = target.stem
     return (
-        closed
-        + f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
+        closed + f"id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home "
         f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}\n"
         + f"install -d -m 0755 {target.program_dir}\n"
         + f"python3 -c {shlex.quote(ACL_GRANT)} {target.program_dir} {user}\n"

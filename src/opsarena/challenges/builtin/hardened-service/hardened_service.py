@@ -55,7 +55,7 @@ def planted_port(seed: bytes) -> int:
     return 9000 + int.from_bytes(digest[:2], "big") % 900
 
 
-PLANTED_PROGRAM = b'''import socket, sys
+PLANTED_PROGRAM = b"""import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -65,7 +65,7 @@ while True:
     c, _ = s.accept()
     c.sendall(b"legacy admin console\\n")
     c.close()
-'''
+"""
 
 
 def planted_unit(port: int) -> bytes:
@@ -313,9 +313,7 @@ class Credentials:
         return frozenset((*self.gids, *self.groups))
 
     def describe(self) -> str:
-        return (
-            f"uids {'/'.join(map(str, self.uids))} gids {'/'.join(map(str, self.gids))}"
-        )
+        return f"uids {'/'.join(map(str, self.uids))} gids {'/'.join(map(str, self.gids))}"
 
 
 ID_KINDS = ("real", "effective", "saved", "filesystem")
@@ -381,8 +379,7 @@ def root_ways(creds: Credentials) -> list[str]:
         ways.append(f"holds {', '.join(names[:6])}{more}")
     if not creds.no_new_privs:
         ways.append(
-            "no_new_privs off (a set-user-ID-root program makes it root again: "
-            "NoNewPrivileges=yes)"
+            "no_new_privs off (a set-user-ID-root program makes it root again: NoNewPrivileges=yes)"
         )
     return ways
 
@@ -680,8 +677,7 @@ def judge_others(found: list[Listener], allowed: set[int]) -> str | None:
     if not others:
         return None
     return "; ".join(
-        f"port {x.port} held by "
-        + (", ".join(o.describe() for o in x.owners) or "no process")
+        f"port {x.port} held by " + (", ".join(o.describe() for o in x.owners) or "no process")
         for x in others
     )
 
@@ -703,9 +699,13 @@ async def user_verdict(host: Host, ctx: CheckContext) -> Verdict:
     owners = tuple(o for x in found if x.port == port for o in x.owners)
     problem = judge_user(owners, port)
     if problem:
-        return _fail(problem[0], f"owner of the socket listening on {port}", problem[1],
-                     f"ss -ltnp 'sport = :{port}'; grep -E "
-                     "'^(Uid|Gid|CapPrm|CapAmb|NoNewPrivs):' /proc/PID/status")
+        return _fail(
+            problem[0],
+            f"owner of the socket listening on {port}",
+            problem[1],
+            f"ss -ltnp 'sport = :{port}'; grep -E "
+            "'^(Uid|Gid|CapPrm|CapAmb|NoNewPrivs):' /proc/PID/status",
+        )
     return Verdict.passed({"uid": owners[0].uid, "pids": [o.pid for o in owners]})
 
 
@@ -748,8 +748,12 @@ async def sandbox_verdict(host: Host, ctx: CheckContext) -> Verdict:
         return error
     owners = [o for x in found if x.port == ctx.challenge.port for o in x.owners]
     if not owners:
-        return _fail("service_not_running", "what the service may write",
-                     f"no process holds port {ctx.challenge.port}", "ss -ltnp")
+        return _fail(
+            "service_not_running",
+            "what the service may write",
+            f"no process holds port {ctx.challenge.port}",
+            "ss -ltnp",
+        )
     # Every holder counts; holders with the same credentials are walked for once.
     alike: dict[Credentials, list[Holder]] = {}
     for owner in owners:
@@ -759,14 +763,18 @@ async def sandbox_verdict(host: Host, ctx: CheckContext) -> Verdict:
         init_pid = await host_init_pid(host, ctx.challenge.port)
         for creds, holders in alike.items():
             who = ", ".join(f"pid {o.pid} {o.comm}" for o in holders)
-            problems += [f"{who}: {m}"
-                         for m in await asyncio.to_thread(_sandbox_facts, init_pid, creds)]
+            problems += [
+                f"{who}: {m}" for m in await asyncio.to_thread(_sandbox_facts, init_pid, creds)
+            ]
     except (OSError, HostError, KeyError, ValueError) as exc:
         return Verdict.referee_error("host_unavailable", f"what the service may write: {exc}")
     if problems:
-        return _fail("writable_outside_data", "what the service may write (permissions, disk)",
-                     "writable outside " + DATA_DIR + ": " + "; ".join(problems[:5]),
-                     "find / -xdev -writable -not -path '/proc/*' (as the service's user)")
+        return _fail(
+            "writable_outside_data",
+            "what the service may write (permissions, disk)",
+            "writable outside " + DATA_DIR + ": " + "; ".join(problems[:5]),
+            "find / -xdev -writable -not -path '/proc/*' (as the service's user)",
+        )
     return Verdict.passed({"writable": DATA_DIR})
 
 

@@ -338,7 +338,9 @@ async def hsts_verdict(host: Host, ctx: CheckContext) -> Verdict:
         return Verdict.referee_error("host_unavailable", f"{step}: {describe_error(exc)}")
     problem = judge_hsts(response.header("strict-transport-security"), minimum)
     if problem is not None:
-        return _fail("hsts_missing", step, problem, "curl -sk -D - -o /dev/null https://127.0.0.1/health")
+        return _fail(
+            "hsts_missing", step, problem, "curl -sk -D - -o /dev/null https://127.0.0.1/health"
+        )
     return Verdict.passed({"hsts": response.header("strict-transport-security")})
 
 
