@@ -99,9 +99,10 @@ async def test_the_host_is_made_for_the_challenge_with_a_secret_seed(
     seed = environment.seed
     assert seed is not None and seed.match_id == environment.host.match_id
     assert seed.seed.hex() not in repr(seed)
-    # A power-cut disk exactly when one of the challenge's milestones cuts the power.
-    has_disk = getattr(environment.host, "disk", None) is not None
-    assert has_disk == needs_power_cut(challenge)
+    # A disk that can lose power exactly when one of the challenge's milestones cuts the
+    # power (every host has a fixed-size disk of its own).
+    disk = getattr(environment.host, "disk", None)
+    assert (disk is not None and disk.power) == needs_power_cut(challenge)
     # What the setup writes with this seed is on the host, byte for byte, wherever it
     # depends on the seed (the rest may be changed by the setup's own commands, as
     # incident-repair breaks its deployment after placing it).
