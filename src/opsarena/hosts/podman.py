@@ -652,10 +652,12 @@ class PodmanHost(Host):
         result = await self.exec(
             ["bash", "-c", script, "read_file", path], timeout=60.0, output_limit=limit + 1
         )
-        if result.exit_code != 0:
-            raise HostFileError(f"cannot read {path} in {self.name}: {_last_line(result.stderr)}")
+        # Size first: output past the limit ends `cat` (`exec`), which then exits
+        # killed or whole depending on which came first.
         if len(result.stdout) > limit:
             raise HostFileError(f"{path} in {self.name} is larger than {limit} bytes")
+        if result.exit_code != 0:
+            raise HostFileError(f"cannot read {path} in {self.name}: {_last_line(result.stderr)}")
         return result.stdout
 
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
