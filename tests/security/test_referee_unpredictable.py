@@ -66,8 +66,6 @@ done
 sync
 """
 ATTEMPTS = 3
-MAX_EVALUATIONS = 12
-"""Attempts in all, milestones before the power cut included."""
 """Power-cut attempts in a row that must all fail (the first runs one round, the later
 ones the confirmation rounds)."""
 
@@ -106,34 +104,20 @@ async def test_a_service_durable_only_when_it_thinks_it_is_watched_never_reaches
     referee = make_referee(challenge, log, seed=seed)
     referee.add_territory("cheat", cut_host)
 
-    # Every milestone before the power cut normally passes (the page cache keeps its
-    # files); the property under test is only that it never becomes durable, and that each
-    # power-cut attempt it reaches fails on a record lost or corrupted by the cut. Once in
-    # CI the body cheater failed the reboot before it (a record corrupted after the reset,
-    # docs/RELIABILITY.md): a verdict against it, not for it, so it is allowed here.
-    cuts = []
-    earlier_failed = []
-    evaluations = 0
-    while len(cuts) < ATTEMPTS and evaluations < MAX_EVALUATIONS:
-        milestone = referee.first_unpassed("cheat")
-        if milestone is None:
-            break
+    while (milestone := referee.first_unpassed("cheat")) is not None and milestone.id != (
+        "power-cut"
+    ):
         verdict = await referee.evaluate_next("cheat")
-        evaluations += 1
-        assert verdict is not None
-        if milestone.id == "power-cut":
-            cuts.append(verdict)
-        else:
-            assert verdict.outcome in ("passed", "failed"), verdict
-            if verdict.outcome == "failed":
-                earlier_failed.append(verdict)
+        assert verdict is not None and verdict.outcome == "passed", verdict
+
+    cuts = []
+    while len(cuts) < ATTEMPTS and (verdict := await referee.evaluate_next("cheat")) is not None:
+        cuts.append(verdict)
     assert not referee.is_durable("cheat"), f"durable after {[v.evidence for v in cuts]}"
-    assert cuts or earlier_failed, "judged neither at the power cut nor before it"
     for verdict in cuts:
         assert verdict.outcome == "failed", verdict
         assert verdict.failure_reason in ("record_missing", "record_corrupted"), verdict
         assert "after the power cut, the ledger re-read" in (verdict.failure_detail or "")
     assert referee.infrastructure_failures == 0
-    if cuts:
-        summary = referee.ledger_summary("cheat")
-        assert summary.lost + summary.corrupted >= len(cuts)
+    summary = referee.ledger_summary("cheat")
+    assert summary.lost + summary.corrupted >= ATTEMPTS

@@ -801,11 +801,16 @@ class _Traffic:
                 self.host, self.ctx, "PUT", target, body=record.value, step=step
             )
         except Decided as decided:
+            if decided.sent:
+                self._unanswered(record)
             self.current[op.id] = None
-            if decided.sent and self.fault_began is not None:
-                self.late.append((record, None))
-            elif decided.sent:
-                self.pending.write(record.id, record.value, record.slot, acknowledged=False)
+            raise
+        except asyncio.CancelledError:
+            # The round stopped (`_stop`) with this PUT in flight: it may have reached the
+            # service, which may store it, so it counts as written without an answer.
+            # Left out, a re-read finding its value would call a correct service corrupt.
+            self._unanswered(record)
+            self.current[op.id] = None
             raise
         answered = time.monotonic()
         ok = 200 <= response.status < 300
@@ -831,6 +836,14 @@ class _Traffic:
             # go on).
             self.stopped = self.stopped or self.plan.hush
             self.reached.set()
+
+    def _unanswered(self, record: Record) -> None:
+        """`record` was sent and got no answer: indeterminate (settled with the other
+        late writes once the fault began)."""
+        if self.fault_began is not None:
+            self.late.append((record, None))
+        else:
+            self.pending.write(record.id, record.value, record.slot, acknowledged=False)
 
     async def _get(self, op: Op, target: str, step: str) -> None:
         expected = self.current.get(op.id)
