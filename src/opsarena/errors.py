@@ -17,6 +17,11 @@ class UsageError(OpsArenaError):
     """Wrong arguments or an unknown name given on the command line."""
 
 
+class RegistryError(UsageError):
+    """A plug-in name registered twice with two different things, or an entry point
+    that cannot be loaded (`opsarena.registry`)."""
+
+
 class HostError(OpsArenaError):
     """A host could not do what was asked: the base of every error raised by `hosts/`."""
 
