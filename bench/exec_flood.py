@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import opsarena.hosts.podman as podman_driver
+import opsarena.hosts.podman.cli as podman_cli
 from opsarena.agents.base import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.scripted import get_scripted
@@ -82,7 +82,7 @@ def drained() -> Iterator[None]:
     async def without_ending(*args: Any, on_overflow: Any = None, **kwargs: Any) -> Any:
         return await run_process(*args, **kwargs)
 
-    with mock.patch.object(podman_driver, "run_process", without_ending):
+    with mock.patch.object(podman_cli, "run_process", without_ending):
         yield
 
 

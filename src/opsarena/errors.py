@@ -100,6 +100,10 @@ class FaultUnsupportedError(HostError):
     for: e.g. a power cut on a host created without a power-cut disk."""
 
 
+class ShellUnsupportedError(HostError):
+    """The host's driver cannot give an interactive shell in it (`Host.shell_argv`)."""
+
+
 class StoreError(OpsArenaError):
     """The event log cannot be used: the file is not an opsarena event log, was written by
     a newer opsarena, or cannot be opened."""

@@ -22,6 +22,29 @@ def opsarena(
     )  # fmt: skip
 
 
+NO_SHELL_CLI = """
+import sys
+from opsarena.cli.main import main
+from opsarena.hosts import Host, register_driver
+from opsarena.hosts.podman import PodmanDriver, PodmanHost
+
+class NoShellHost(PodmanHost):
+    shell_argv = Host.shell_argv  # the contract's own answer: this driver has none
+
+class NoShellDriver(PodmanDriver):
+    name = "no-shell"
+
+    async def get(self, name):
+        host = await super().get(name)
+        return NoShellHost(self.podman, host.name, host.match_id, host.territory)
+
+register_driver("no-shell", NoShellDriver)
+main(sys.argv[1:])
+"""
+"""`opsarena` with a driver whose hosts give no interactive shell (podman hosts that keep
+`Host.shell_argv` as the contract defines it), to see `hosts shell` refuse it."""
+
+
 def one_error_line(result: subprocess.CompletedProcess[bytes]) -> str:
     lines = result.stderr.decode().strip().splitlines()
     assert result.returncode == 2, result
@@ -43,8 +66,19 @@ def test_host_life_from_the_command_line() -> None:
         assert (code.returncode, code.stdout, code.stderr) == (7, b"in", b"oops\n")
         timed = opsarena("hosts", "exec", "--timeout", "0.5", name, "--", "sleep", "30")
         assert timed.returncode == 124 and b"killed after 0.5s" in timed.stderr
-        shell = opsarena("hosts", "shell", name, input=b"hostname; echo in-$0\n")
-        assert shell.returncode == 0 and shell.stdout.split() == [name.encode(), b"in-bash"]
+        shell = opsarena("hosts", "shell", name, input=b"hostname; echo in-$0; pwd\n")
+        assert shell.returncode == 0, shell.stderr
+        assert shell.stdout.split() == [name.encode(), b"in-bash", b"/root"]
+        as_nobody = opsarena("hosts", "shell", name, "--user", "nobody", input=b"id -un\n")
+        assert (as_nobody.returncode, as_nobody.stdout) == (0, b"nobody\n"), as_nobody.stderr
+        assert "'-x' is not a user name" in one_error_line(
+            opsarena("hosts", "shell", name, "--user=-x", input=b"id\n")
+        )
+        no_shell = subprocess.run(
+            [sys.executable, "-c", NO_SHELL_CLI, "hosts", "shell", name, "--driver", "no-shell"],
+            input=b"id\n", capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert f"host opsarena-cli-{name} has no interactive shell" in one_error_line(no_shell)
         listed = opsarena("hosts", "ls")
         assert name in listed.stdout.decode()
         opsarena(

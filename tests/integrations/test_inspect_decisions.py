@@ -11,6 +11,7 @@ from inspect_ai.model import ModelUsage
 
 from opsarena.challenges.catalog import builtin_names
 from opsarena.errors import OpsArenaError
+from opsarena.hosts import DEFAULT_DRIVER
 from opsarena.integrations.inspect import commands
 from opsarena.integrations.inspect.sandbox import OpsarenaSandboxConfig, load_config
 from opsarena.integrations.inspect.scorer import (
@@ -113,12 +114,14 @@ def test_split_read_output() -> None:
 
 
 def test_connection_command() -> None:
-    assert commands.connection_command("h", "podman", None) == "opsarena hosts shell h"
-    assert commands.connection_command("h", "podman", "bob") == (
-        "podman exec -it --user bob h bash -l"
+    assert commands.connection_command("h", DEFAULT_DRIVER, None) == "opsarena hosts shell h"
+    assert commands.connection_command("h", DEFAULT_DRIVER, "root") == "opsarena hosts shell h"
+    assert commands.connection_command("h", DEFAULT_DRIVER, "bob") == (
+        "opsarena hosts shell h --user bob"
     )
-    with pytest.raises(NotImplementedError):
-        commands.connection_command("h", "other", "bob")
+    assert commands.connection_command("h", "other", "bob") == (
+        "opsarena hosts shell h --user bob --driver other"
+    )
 
 
 def test_load_config(tmp_path: Path) -> None:

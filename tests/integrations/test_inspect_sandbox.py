@@ -87,6 +87,10 @@ async def test_connection_names_the_host(sandbox: OpsarenaSandboxEnvironment) ->
     assert connection.type == "opsarena"
     assert connection.command == f"opsarena hosts shell {sandbox.host.name}"
     assert connection.container == sandbox.host.name
+    as_bob = await sandbox.connection(user="bob")
+    assert as_bob.command == f"opsarena hosts shell {sandbox.host.name} --user bob"
+    with pytest.raises(ValueError, match="is not a user name"):
+        await sandbox.connection(user="-bob")
 
 
 def test_inspect_sandbox_cleanup_removes_only_what_it_is_asked_to(match_prefix: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import sys
 from typing import Annotated
 
@@ -17,8 +16,8 @@ import typer
 from rich.table import Table
 
 from opsarena.cli.output import console, err_console
-from opsarena.errors import DriverMissingError, HostNotFoundError, UsageError
-from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
+from opsarena.errors import HostNotFoundError, UsageError
+from opsarena.hosts import DEFAULT_DRIVER, DEFAULT_IMAGE, Host, HostSpec, get_driver
 from opsarena.hosts.base import DEFAULT_DISK_MB, DEFAULT_WRITE_IOPS, DEFAULT_WRITE_MBPS
 
 MANUAL_MATCH = "cli"
@@ -76,7 +75,7 @@ def up(
     write_iops: Annotated[
         int, typer.Option(min=0, help="Cap on its disk write requests a second (0: none).")
     ] = DEFAULT_WRITE_IOPS,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Create and boot a host; returns once systemd in it is up."""
     spec = HostSpec(
@@ -92,7 +91,7 @@ def up(
 @app.command("ls")
 def ls(
     match: Annotated[str | None, typer.Option("--match", help="Only this match's hosts.")] = None,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """List the hosts opsarena made."""
     infos = asyncio.run(get_driver(driver).list(match_id=match))
@@ -110,7 +109,7 @@ def exec_(
     name: Annotated[str, typer.Argument(help="Host.")],
     command: Annotated[list[str], typer.Argument(help="Command and its arguments (after --).")],
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds before it is killed.")] = 300.0,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Run a command in a host; its output and exit code pass through."""
 
@@ -141,27 +140,22 @@ def exec_(
 @app.command("shell")
 def shell(
     name: Annotated[str, typer.Argument(help="Host.")],
-    driver: DriverOption = "podman",
+    user: Annotated[
+        str | None, typer.Option("--user", help="As this user (default: root).")
+    ] = None,
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
-    """Open an interactive bash in a host (as root)."""
-    if driver != "podman":
-        raise UsageError("hosts shell is only available with the podman driver")
+    """Open an interactive bash in a host (as root unless --user)."""
     host = asyncio.run(_get(driver, name))
-    podman = shutil.which("podman")
-    if podman is None:
-        raise DriverMissingError("podman is not installed: run ./bootstrap")
-    tty = ["--tty"] if sys.stdin.isatty() else []
-    os.execv(
-        podman,
-        [podman, "exec", "--interactive", *tty, "--workdir", "/root", host.name, "bash", "-l"],
-    )
+    argv = host.shell_argv(user=user, tty=sys.stdin.isatty())
+    os.execvp(argv[0], argv)
 
 
 @app.command("restart-service")
 def restart_service(
     name: Annotated[str, typer.Argument(help="Host.")],
     unit: Annotated[str, typer.Argument(help="systemd unit.")],
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Restart a unit; returns once it has a new main process."""
 
@@ -178,7 +172,7 @@ def crash_service(
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds to wait for the restart.")
     ] = 10.0,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """SIGKILL every process of a unit at once; returns once systemd restarted it."""
 
@@ -191,7 +185,7 @@ def crash_service(
 @app.command("power-cut")
 def power_cut(
     name: Annotated[str, typer.Argument(help="Host (made with --power-cut).")],
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Cut a host's power (un-synced writes may be lost) and wait until it is ready."""
 
@@ -207,7 +201,7 @@ def power_cut(
 def reboot(
     name: Annotated[str, typer.Argument(help="Host.")],
     hard: Annotated[bool, typer.Option("--hard", help="Kill every process at once.")] = False,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Reboot a host (clean by default) and wait until it is ready again."""
 
@@ -223,7 +217,7 @@ def reboot(
 @app.command("rm")
 def rm(
     names: Annotated[list[str], typer.Argument(help="Hosts to remove.")],
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Remove hosts at once."""
 
@@ -240,7 +234,7 @@ def rm(
 def cleanup(
     match: Annotated[str | None, typer.Option("--match", help="Remove this match's hosts.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Remove every opsarena host.")] = False,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
 ) -> None:
     """Remove hosts opsarena made (and nothing else): one match's, or all of them."""
     if (match is None) == (not all_):

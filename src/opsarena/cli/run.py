@@ -34,6 +34,7 @@ from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, load_record, open_db, print_summary
 from opsarena.errors import MatchError, UsageError
+from opsarena.hosts import DEFAULT_DRIVER
 from opsarena.match.controller import (
     DEFAULT_INODE_QUOTA,
     DEFAULT_LOG_BUDGET_MB,
@@ -237,7 +238,7 @@ def run(
     ] = DEFAULT_LOG_BUDGET_MB,
     driver: Annotated[
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
-    ] = "podman",
+    ] = DEFAULT_DRIVER,
     db: DbOption = None,
     serve: ServeOption = False,
 ) -> None:
@@ -410,7 +411,7 @@ def resume(
     ] = False,
     driver: Annotated[
         str, typer.Option("--driver", envvar="OPSARENA_DRIVER", help="Host driver.")
-    ] = "podman",
+    ] = DEFAULT_DRIVER,
     db: DbOption = None,
 ) -> None:
     """Continue a match whose controller died (or abort it if its hosts are gone).

@@ -29,7 +29,7 @@ from opsarena.cli.output import console, err_console
 from opsarena.cli.records import DbOption, columns, duration, open_db
 from opsarena.cli.run import ServeOption
 from opsarena.errors import TournamentError, UsageError
-from opsarena.hosts import HostSpec
+from opsarena.hosts import DEFAULT_DRIVER, HostSpec
 from opsarena.ratings import Leaderboard, leaderboard
 from opsarena.store import EventStore, is_postgres_url, resolve_target
 from opsarena.store.base import Wake
@@ -112,7 +112,7 @@ def run(
         int | None, typer.Option("--parallel", min=1, help="Matches at once (file: parallel).")
     ] = None,
     quiet: QuietOption = False,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
     db: DbOption = None,
     serve: ServeOption = False,
     ray: RayOption = None,
@@ -157,7 +157,7 @@ def resume(
         int | None, typer.Option("--parallel", min=1, help="Matches at once.")
     ] = None,
     quiet: QuietOption = False,
-    driver: DriverOption = "podman",
+    driver: DriverOption = DEFAULT_DRIVER,
     db: DbOption = None,
     ray: RayOption = None,
 ) -> None:

@@ -16,9 +16,10 @@ from opsarena.hosts.base import (
 )
 from opsarena.hosts.image import DEFAULT_IMAGE
 from opsarena.hosts.kernel import Proc
-from opsarena.hosts.registry import driver_names, get_driver, register_driver
+from opsarena.hosts.registry import DEFAULT_DRIVER, driver_names, get_driver, register_driver
 
 __all__ = [
+    "DEFAULT_DRIVER",
     "DEFAULT_FILE_LIMIT",
     "DEFAULT_IMAGE",
     "DEFAULT_OUTPUT_LIMIT",

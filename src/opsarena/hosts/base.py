@@ -17,7 +17,7 @@ import builtins
 import contextlib
 from dataclasses import dataclass, field
 
-from opsarena.errors import FaultUnsupportedError, HostNotFoundError
+from opsarena.errors import FaultUnsupportedError, HostNotFoundError, ShellUnsupportedError
 from opsarena.hosts.kernel import Proc, now_ticks
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
@@ -352,6 +352,17 @@ class Host(abc.ABC):
         """
         raise FaultUnsupportedError(f"host {self.name} cannot lose a directory")
 
+    def shell_argv(self, *, user: str | None = None, tty: bool = False) -> list[str]:
+        """The command line of a program of this machine that opens an interactive login
+        shell in the host as `user` (root when None, in root's home), reading the
+        caller's stdin and writing its stdout, on a terminal of its own when `tty`. The
+        caller runs it (`opsarena hosts shell` replaces itself with it). Raises
+        `ShellUnsupportedError` when the driver cannot give one, `HostError` for a
+        `user` that is not a user name."""
+        raise ShellUnsupportedError(
+            f"host {self.name} has no interactive shell: its driver cannot open one"
+        )
+
     @abc.abstractmethod
     async def connect(
         self, port: int, *, timeout: float = 5.0
@@ -412,6 +423,12 @@ class HostDriver(abc.ABC):
         # Another cleanup may have removed it between list and remove: that is fine.
         with contextlib.suppress(HostNotFoundError):
             await self.remove(name)
+
+    async def prepare_image(self, image: str, packages: tuple[str, ...]) -> None:
+        """Make `image`, the default image with `packages` added (`image.image_for`),
+        ready for `create`: a driver that builds its images builds it once per recipe;
+        one whose images come from elsewhere does nothing (the default)."""
+        return None
 
     def host_name(self, match_id: str, territory: str) -> str:
         """The name a host of `territory` in `match_id` gets."""

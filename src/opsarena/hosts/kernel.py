@@ -65,20 +65,39 @@ def alive(proc: Proc) -> bool:
         return False
 
 
-def host_processes(init_pid: int) -> list[Proc]:
-    """Every process in the PID namespace of `init_pid`, init included."""
+def host_pids(init_pid: int, *, with_init: bool = True) -> list[int]:
+    """Machine pids of the processes in the PID namespace of `init_pid` (init itself
+    only `with_init`): the one walk of `/proc` every host fact starts from."""
     namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or (not with_init and int(entry) == init_pid):
             continue
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
-                continue
-            start = start_time(int(entry))
-            if start is not None:
-                found.append(Proc(int(entry), start, host_pid(int(entry)) or 0))
+            if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                found.append(int(entry))
+    return found
+
+
+def host_processes(init_pid: int) -> list[Proc]:
+    """Every process in the PID namespace of `init_pid`, init included."""
+    found = []
+    for pid in host_pids(init_pid):
+        start = start_time(pid)
+        if start is not None:
+            found.append(Proc(pid, start, host_pid(pid) or 0))
     return sorted(found)
+
+
+def signal_host_processes(init_pid: int, signum: int) -> list[int]:
+    """Send `signum` to every process of the host of `init_pid` but its init; return
+    whom it reached (machine pids)."""
+    reached = []
+    for pid in host_pids(init_pid, with_init=False):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+            reached.append(pid)
+    return reached
 
 
 def host_pid(pid: int) -> int | None:
@@ -397,20 +416,58 @@ def _empty(fd: int, device: int) -> int:
     return removed
 
 
-def root_mount_read_only(init_pid: int) -> bool:
-    """Whether the host's `/` is read-only as its processes see it: the topmost mount at
-    `/` in its mount namespace has `ro` in its mount or superblock options."""
-    flags = None
+def _root_mount(init_pid: int) -> list[str] | None:
+    """The fields of the topmost mount at `/` in the mount namespace of `init_pid` (a
+    line of /proc/PID/mountinfo), None when there is none."""
+    found = None
     with open(f"/proc/{init_pid}/mountinfo", errors="surrogateescape") as mountinfo:
         for line in mountinfo:
             fields = line.split()
-            if fields[4] != "/":
-                continue
-            separator = fields.index("-")
-            mount_options = fields[5].split(",")
-            super_options = fields[separator + 3].split(",") if len(fields) > separator + 3 else []
-            flags = "ro" in mount_options or "ro" in super_options
-    return bool(flags)
+            if fields[4] == "/":
+                found = fields
+    return found
+
+
+def root_mount_read_only(init_pid: int) -> bool:
+    """Whether the host's `/` is read-only as its processes see it: the topmost mount at
+    `/` in its mount namespace has `ro` in its mount or superblock options."""
+    fields = _root_mount(init_pid)
+    if fields is None:
+        return False
+    separator = fields.index("-")
+    mount_options = fields[5].split(",")
+    super_options = fields[separator + 3].split(",") if len(fields) > separator + 3 else []
+    return "ro" in mount_options or "ro" in super_options
+
+
+def root_writers(init_pid: int) -> list[int]:
+    """Processes of the host of `init_pid` (not init) holding a file on its root
+    filesystem open for writing (machine pids)."""
+    root = _root_mount(init_pid)
+    root_mount = root[0] if root is not None else None
+    writers = []
+    for pid in host_pids(init_pid, with_init=False):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                info = fdinfo(pid, fd)
+                flags = int(info.get("flags", "0"), 8)
+                if flags & os.O_ACCMODE != os.O_RDONLY and info.get("mnt_id") == root_mount:
+                    writers.append(pid)
+                    break
+    return writers
+
+
+def fdinfo(pid: int, fd: str) -> dict[str, str]:
+    """The fields of /proc/PID/fdinfo/FD (empty when the fd closed meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", errors="surrogateescape") as info:
+            return {
+                key.strip(): value.strip()
+                for key, _, value in (line.partition(":") for line in info)
+                if value
+            }
+    except OSError:
+        return {}
 
 
 def writable_binds(init_pid: int) -> list[str]:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from opsarena.errors import DriverMissingError
 from opsarena.hosts.base import HostDriver
 
 _FACTORIES: dict[str, Callable[[], HostDriver]] = {}
+
+DRIVER_ENV = "OPSARENA_DRIVER"
+"""The environment variable that names the default host driver (also read by every
+command's `--driver`)."""
+DEFAULT_DRIVER = os.environ.get(DRIVER_ENV) or "podman"
+"""The driver every caller uses unless told otherwise: the one place outside the driver
+that names it. Read once, when this module is imported."""
 
 
 def register_driver(name: str, factory: Callable[[], HostDriver]) -> None:
@@ -19,7 +27,7 @@ def driver_names() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def get_driver(name: str = "podman") -> HostDriver:
+def get_driver(name: str = DEFAULT_DRIVER) -> HostDriver:
     """A new driver of kind `name`. Raises `DriverMissingError` for an unknown name or
     a driver whose backend is not installed."""
     try:

@@ -49,6 +49,7 @@ from opsarena.hosts import (
 )
 from opsarena.hosts.disk import disk_for_quota
 from opsarena.hosts.image import build_image, image_for
+from opsarena.hosts.registry import DEFAULT_DRIVER
 from opsarena.match.commitment import new_nonce, reveal_problem, seed_commitment
 from opsarena.match.diagnose import dump_tasks
 from opsarena.match.events import (
@@ -136,7 +137,7 @@ class MatchPlan:
     """The seed commitment's nonce (`match.commitment`), revealed with the seed."""
     finish: FinishMode = "first-durable"
     keep_hosts: bool = False
-    driver: str = "podman"
+    driver: str = DEFAULT_DRIVER
     match_id: str = field(default_factory=new_match_id)
     provision_timeout_s: float = 120.0
     disk_quota_mb: int = 2048
@@ -889,7 +890,7 @@ class Controller:
         record: MatchRecord,
         challenge: Challenge,
         *,
-        driver: str = "podman",
+        driver: str = DEFAULT_DRIVER,
     ) -> MatchRecord:
         """Continue `record`'s unfinished match from its log (a controller died).
 

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from opsarena.agents.registry import preflight_agent
 from opsarena.errors import EventLogError, MatchError, OpsArenaError, TournamentError
-from opsarena.hosts import get_driver
+from opsarena.hosts import DEFAULT_DRIVER, get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
@@ -160,7 +160,7 @@ class TournamentRunner:
         tournament_id: str,
         *,
         parallel: int,
-        driver: str = "podman",
+        driver: str = DEFAULT_DRIVER,
         executor: MatchExecutor | None = None,
     ) -> None:
         self.store = store
@@ -189,7 +189,7 @@ class TournamentRunner:
         *,
         parallel: int,
         tournament_id: str | None = None,
-        driver: str = "podman",
+        driver: str = DEFAULT_DRIVER,
         executor: MatchExecutor | None = None,
     ) -> TournamentRunner:
         """Log a new tournament of `plan`; `TournamentError` if the id is taken."""
@@ -222,7 +222,7 @@ class TournamentRunner:
         tournament_id: str,
         *,
         parallel: int | None = None,
-        driver: str = "podman",
+        driver: str = DEFAULT_DRIVER,
         executor: MatchExecutor | None = None,
     ) -> TournamentRunner:
         """Take up a tournament from its log (its controller was killed). The file's text

@@ -29,6 +29,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from opsarena.hosts.registry import DEFAULT_DRIVER
+
 ENV = "/usr/bin/env"
 SYSTEMD_RUN = "/usr/bin/systemd-run"
 SYSTEMCTL = "/usr/bin/systemctl"
@@ -217,11 +219,9 @@ def split_read_output(stdout: bytes) -> tuple[int, bytes]:
 
 def connection_command(host_name: str, driver: str, user: str | None) -> str:
     """The shell command that opens an interactive login shell in the host, as `user`
-    (root by default). Pure. Raises `NotImplementedError` for another user on a driver
-    whose shell command cannot switch users."""
-    if user is None or user in ROOT_USERS:
-        command = ["opsarena", "hosts", "shell", host_name]
-        return shlex.join(command if driver == "podman" else [*command, "--driver", driver])
-    if driver != "podman":
-        raise NotImplementedError(f"no shell as {user!r} on the {driver} driver")
-    return shlex.join(["podman", "exec", "-it", "--user", user, host_name, "bash", "-l"])
+    (root by default): `opsarena hosts shell`, which asks the host's driver for it
+    (`Host.shell_argv`). Pure."""
+    command = ["opsarena", "hosts", "shell", host_name]
+    if user is not None and user not in ROOT_USERS:
+        command += ["--user", user]
+    return shlex.join(command if driver == DEFAULT_DRIVER else [*command, "--driver", driver])

@@ -40,8 +40,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from opsarena.challenges.catalog import find_challenge, place_challenge
 from opsarena.challenges.model import Challenge
-from opsarena.errors import HostError, HostNotFoundError, HostUnavailableError, OpsArenaError
+from opsarena.errors import (
+    HostError,
+    HostNotFoundError,
+    HostUnavailableError,
+    OpsArenaError,
+    ShellUnsupportedError,
+)
 from opsarena.hosts import (
+    DEFAULT_DRIVER,
     DEFAULT_IMAGE,
     FAULT_POWER_CUT,
     ExecResult,
@@ -50,7 +57,7 @@ from opsarena.hosts import (
     HostSpec,
     get_driver,
 )
-from opsarena.hosts.image import build_image, image_for
+from opsarena.hosts.image import image_for
 from opsarena.integrations.inspect import commands
 from opsarena.match.commitment import new_nonce, seed_commitment
 from opsarena.referee.nemesis import faults_needed, missing_faults
@@ -104,7 +111,7 @@ class OpsarenaSandboxConfig(BaseModel):
 
     challenge: str | None = None
     image: str | None = None
-    driver: str = "podman"
+    driver: str = DEFAULT_DRIVER
     cpus: float = Field(default=1.0, gt=0)
     memory_mb: int = Field(default=512, ge=64)
     pids_limit: int = Field(default=1024, ge=16)
@@ -222,9 +229,8 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             lacking = missing_faults(challenge, driver.faults, driver.name)
             if lacking is not None:
                 raise OpsArenaError(f"opsarena sandbox: {lacking}")
-            if challenge.packages and settings.image is None and driver.name == "podman":
-                # Built once per recipe and cached (a label on the image), as a match does.
-                await build_image(settings.host_image(), extra=tuple(challenge.packages))
+            if challenge.packages and settings.image is None:
+                await driver.prepare_image(settings.host_image(), tuple(challenge.packages))
         cls._hosts.setdefault(task_name, set())
 
     @classmethod
@@ -302,8 +308,8 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
         """`inspect sandbox cleanup opsarena [ID]`: remove every host this provider made
-        (or the one named ID, or those of match ID), on the podman driver."""
-        driver = get_driver("podman")
+        (or the one named ID, or those of match ID), on the default driver."""
+        driver = get_driver(DEFAULT_DRIVER)
         infos = [i for i in await driver.list() if i.match_id.startswith(MATCH_PREFIX)]
         if id is not None:
             infos = [i for i in infos if id in (i.name, i.match_id)]
@@ -434,6 +440,12 @@ class OpsarenaSandboxEnvironment(SandboxEnvironment):
             await self.host.wait_ready(5.0)
         except HostError as exc:
             raise ConnectionError(f"host {self.host.name} is not running: {exc}") from exc
+        try:  # the command below asks the driver for this very shell
+            self.host.shell_argv(user=user)
+        except ShellUnsupportedError as exc:
+            raise NotImplementedError(str(exc)) from exc
+        except HostError as exc:
+            raise ValueError(str(exc)) from exc
         return SandboxConnection(
             type="opsarena",
             command=commands.connection_command(self.host.name, self.driver.name, user),
