@@ -1,7 +1,9 @@
 """The host image: Debian bookworm with systemd, built by mmdebstrap, imported into podman.
 
-The image carries a label with a hash of its recipe, so `build_image` does nothing
-when the image there was built from the current recipe.
+This is the podman driver's image builder (`PodmanDriver.prepare_image`, `opsarena
+image`): other drivers get their images elsewhere. The image carries a label with a
+hash of its recipe, so `build_image` does nothing when the image there was built from
+the current recipe.
 """
 
 from __future__ import annotations
