@@ -18,28 +18,11 @@ from opsarena.cli.output import console, err_console
 from opsarena.cli.tournament import _machine
 from opsarena.errors import UsageError
 from opsarena.hosts import DEFAULT_IMAGE, HostSpec
+from opsarena.hosts.image import podman_and_image
 from opsarena.tournament.capacity import NodeFacts, node_problems, node_territories
 
 app = typer.Typer(help="Worker nodes of a Ray cluster.", no_args_is_help=True)
 CGROUP = Path("/sys/fs/cgroup")
-PODMAN_TIMEOUT_S = 30.0
-
-
-async def _podman(*args: str) -> tuple[int, str]:
-    try:
-        process = await asyncio.create_subprocess_exec(
-            "podman", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-        )
-    except OSError:
-        return 127, ""
-    try:
-        async with asyncio.timeout(PODMAN_TIMEOUT_S):
-            out, _ = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        return 124, ""
-    return process.returncode or 0, out.decode(errors="replace").strip()
 
 
 def _cgroups() -> tuple[str, frozenset[str]]:
@@ -54,13 +37,7 @@ def _cgroups() -> tuple[str, frozenset[str]]:
 
 async def read_facts(image: str) -> NodeFacts:
     """This machine, as `node_problems` judges it."""
-    podman: str | None = None
-    present = False
-    if shutil.which("podman"):
-        code, version = await _podman("version", "--format", "{{.Client.Version}}")
-        podman = version if code == 0 and version else None
-        if podman is not None:
-            present = (await _podman("image", "exists", image))[0] == 0
+    podman, present = await podman_and_image(image)
     cgroups, controllers = _cgroups()
     cpus, memory_mb = _machine()
     return NodeFacts(

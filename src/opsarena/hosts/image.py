@@ -111,6 +111,26 @@ async def _podman(*args: str, timeout: float = 120.0) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
+async def podman_and_image(image: str, *, timeout: float = 30.0) -> tuple[str | None, bool]:
+    """podman's version (None when it is not installed or does not answer within
+    `timeout`) and whether `image` is there: what `opsarena worker check` reads of podman,
+    on a machine that may lack it."""
+    try:
+        code, out, _err = await _podman(
+            "version", "--format", "{{.Client.Version}}", timeout=timeout
+        )
+    except HostError:  # not installed (`DriverMissingError`), or no answer
+        return None, False
+    version = out.strip()
+    if code != 0 or not version:
+        return None, False
+    try:
+        present = (await _podman("image", "exists", image, timeout=timeout))[0] == 0
+    except HostError:
+        present = False
+    return version, present
+
+
 async def list_images() -> list[ImageInfo]:
     """Every image built by opsarena, newest first."""
     code, out, err = await _podman(
