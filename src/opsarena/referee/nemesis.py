@@ -1,4 +1,4 @@
-"""The faults (Jepsen's nemesis): one registered object per fault, found by name.
+"""The faults (Jepsen's nemesis): one registered class per fault, found by name.
 
 A fault has three steps, run in order by `run_fault`: `inject` (through one `Host`
 method, named by `host_method`), `confirm` (from outside the host: a new main PID, a new
@@ -16,8 +16,9 @@ every fault performed by the `Host` method of one it names (`offered_faults`), s
 plug-in fault built on an existing method needs no driver change. Besides this
 registry, code dispatches on a few built-in names for what only they need:
 `CHECK_FAULTS` (the built-in durability checks' defaults) and the power-cut disk a host
-is created with (`FAULT_POWER_CUT`, match/controller.py). Registering another fault
-under a taken name is a `RegistryError`.
+is created with (`FAULT_POWER_CUT`, match/controller.py and the Inspect sandbox: a
+plug-in fault on `power_cut` is offered but gets no such disk yet). Registering another
+fault under a taken name is a `RegistryError`.
 """
 
 from __future__ import annotations
