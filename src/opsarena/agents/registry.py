@@ -1,9 +1,13 @@
 """The agent registry: parse `KIND[:ARG]`, and build and preflight an `Agent` by its kind.
 
-The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`; a new
-kind registers with `register_agent_kind` and nothing else changes. The built-in kinds
-(`scripted`, `command`, `llm`, `human`) are registered when this module is imported; it
-is the only module that imports the agent implementations, and none of them imports it.
+The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`. A new
+kind takes: its `Agent` class, a `register_agent_kind` call (here for a built-in, or in
+a package's module named by an `opsarena.agents` entry point: `Registry`), and, when it
+has settings of its own, their names in `agents/spec.py` (`AgentSettings` and the
+`*_ONLY_SETTINGS` sets other kinds refuse). The built-in kinds (`scripted`, `command`,
+`llm`, `human`) are registered when this module is imported; it is the only module that
+imports the agent implementations, and none of them imports it. Registering another
+kind under a taken name is a `RegistryError`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from opsarena.agents.spec import (
     AgentSpec,
 )
 from opsarena.errors import AgentSpecError
+from opsarena.registry import Registry
 
 AgentFactory = Callable[[AgentSpec, AgentSettings, Mapping[str, str]], Agent]
 """`factory(spec, settings, env)` makes the agent or raises an `OpsArenaError`; `env` is
@@ -43,7 +48,7 @@ class AgentKind:
     refused_settings: frozenset[str] = frozenset()
 
 
-_KINDS: dict[str, AgentKind] = {}
+KINDS: Registry[AgentKind] = Registry("agent kind", "opsarena.agents")
 
 
 def register_agent_kind(
@@ -53,20 +58,19 @@ def register_agent_kind(
     arg: str | None,
     refused_settings: frozenset[str] = frozenset(),
 ) -> None:
-    """Make `factory` the builder of agents of kind `name` (replacing an earlier one).
-    `refused_settings` are settings that make no sense for the kind; giving one is an error."""
-    _KINDS[name] = AgentKind(name, factory, arg, refused_settings)
+    """Make `factory` the builder of agents of kind `name`; `RegistryError` when another
+    kind has the name already. `refused_settings` are settings that make no sense for the
+    kind; giving one is an error."""
+    KINDS.register(name, AgentKind(name, factory, arg, refused_settings))
 
 
 def agent_kinds() -> list[str]:
-    return sorted(_KINDS)
+    """Every kind's name, the installed packages' included, sorted."""
+    return KINDS.names()
 
 
 def _kind_usage() -> str:
-    forms = [
-        f"{k.name}:{k.arg}" if k.arg else k.name
-        for k in sorted(_KINDS.values(), key=lambda k: k.name)
-    ]
+    forms = [f"{k.name}:{k.arg}" if k.arg else k.name for _, k in KINDS.items()]
     return ", ".join(forms)
 
 
@@ -76,7 +80,7 @@ def parse_agent_spec(text: str) -> AgentSpec:
     text = text.strip()
     kind, sep, arg = text.partition(":")
     arg = arg.strip()
-    known = _KINDS.get(kind)
+    known = KINDS.get(kind)
     if known is None:
         raise AgentSpecError(f"unknown agent kind {kind!r} in {text!r}: use one of {_kind_usage()}")
     if known.arg is not None and not arg:
@@ -98,13 +102,14 @@ def build_agent(
     that does not apply to the kind and `AgentConfigError` when the agent cannot be
     configured (for `llm`: no endpoint or key in `env`, which defaults to `os.environ`)."""
     settings = settings or AgentSettings()
-    check_settings(spec, settings)
-    return _KINDS[spec.kind].factory(spec, settings, os.environ if env is None else env)
+    kind = check_settings(spec, settings)
+    return kind.factory(spec, settings, os.environ if env is None else env)
 
 
-def check_settings(spec: AgentSpec, settings: AgentSettings) -> None:
-    """Raise `AgentSpecError` if the kind is unknown or a setting given does not apply."""
-    kind = _KINDS.get(spec.kind)
+def check_settings(spec: AgentSpec, settings: AgentSettings) -> AgentKind:
+    """The kind of `spec`; raise `AgentSpecError` if it is unknown or a setting given
+    does not apply."""
+    kind = KINDS.get(spec.kind)
     if kind is None:
         raise AgentSpecError(f"unknown agent kind {spec.kind!r}: use one of {_kind_usage()}")
     refused = sorted(settings.explicit() & kind.refused_settings)
@@ -112,6 +117,7 @@ def check_settings(spec: AgentSpec, settings: AgentSettings) -> None:
         raise AgentSpecError(
             f"setting {', '.join(refused)} does not apply to {spec.kind} agents ({spec.text})"
         )
+    return kind
 
 
 @runtime_checkable

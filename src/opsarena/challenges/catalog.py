@@ -7,7 +7,13 @@ before the agents start. `load_challenge(path)` takes the directory (or a lone T
 file, which then has no checks file nor files), validates all of it (structure, check
 names, setup and brief variables, files) and raises one `ChallengeError` whose
 `problems` has one line per problem, each naming the file, the field and what is wrong.
-Built-in challenges are the directories under `builtin/`.
+Built-in challenges are the directories under `builtin/`. Installed packages add more
+through the entry point group `opsarena.challenges` (`CHALLENGES`, a `Registry` of
+challenge directories by name): an entry point names a module whose own directory holds
+challenge directories (each a subdirectory with a `challenge.toml`), or a function
+returning paths (each a challenge directory, or a directory holding some). A challenge
+is named by its directory, which must match its `name`; a name taken twice (a package's
+and a built-in, or two packages') is a `RegistryError`.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import importlib.util
 import re
 import sys
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,6 +42,7 @@ from opsarena.challenges.model import (
 from opsarena.challenges.setup import setup_of, setup_problems
 from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
+from opsarena.registry import Registry
 
 MAX_FILE_BYTES = 1024 * 1024
 """A challenge file larger than this is refused."""
@@ -228,11 +237,51 @@ def builtin_root() -> Path:
     return Path(str(resources.files("opsarena.challenges") / "builtin"))
 
 
+def challenge_directories(root: Path) -> list[Path]:
+    """`root` itself when it is a challenge directory, else its subdirectories that are,
+    sorted. Raises `ChallengeError` when `root` is not a directory."""
+    if not root.is_dir():
+        raise ChallengeError(f"{root}: (directory): no such directory of challenges")
+    if (root / CHALLENGE_FILE).is_file():
+        return [root.resolve()]
+    return sorted(e.resolve() for e in root.iterdir() if (e / CHALLENGE_FILE).is_file())
+
+
+def _provided(registry: Registry[Path], loaded: object) -> None:
+    """Register the challenge directories an `opsarena.challenges` entry point gives: a
+    module's own directory (a package's, or the one a module file is in) holds them; a
+    function returns the paths holding them."""
+    if isinstance(loaded, ModuleType):
+        file = getattr(loaded, "__file__", None)
+        if file is None:
+            raise ChallengeError(f"module {loaded.__name__} has no file to find challenges by")
+        roots: Iterable[object] = [Path(file).parent]
+    elif callable(loaded):
+        roots = loaded()
+    else:
+        raise ChallengeError(f"{loaded!r} is neither a module nor a function")
+    for root in roots:
+        if not isinstance(root, str | Path):
+            raise ChallengeError(f"{root!r} is not a path")
+        for directory in challenge_directories(Path(root)):
+            registry.register(directory.name, directory)
+
+
+CHALLENGES: Registry[Path] = Registry("challenge", "opsarena.challenges", on_load=_provided)
+"""Every challenge directory by name: the built-ins (registered here) and the installed
+packages' (their entry points read at the first ask for the list or an unknown name)."""
+for _directory in challenge_directories(builtin_root()):
+    CHALLENGES.register(_directory.name, _directory)
+
+
 def builtin_names() -> list[str]:
     """Names of the built-in challenges, sorted."""
-    return sorted(
-        entry.name for entry in builtin_root().iterdir() if (entry / CHALLENGE_FILE).is_file()
-    )
+    return [d.name for d in challenge_directories(builtin_root())]
+
+
+def challenge_names() -> list[str]:
+    """Names of every challenge: the built-ins and the installed packages', sorted."""
+    return CHALLENGES.names()
 
 
 def builtin_challenge(name: str) -> Challenge:
@@ -244,24 +293,46 @@ def builtin_challenge(name: str) -> Challenge:
     return load_challenge(builtin_root() / name)
 
 
+def named_challenge(name: str) -> Challenge:
+    """The challenge `name`, built-in or from an installed package (`CHALLENGES`).
+    Raises `ChallengeError` when there is none or its directory names another one."""
+    directory = CHALLENGES.get(name) if is_valid_name(name) else None
+    if directory is None:
+        raise ChallengeError(
+            f"no built-in challenge named {name!r}, nor one an installed package provides: "
+            "`opsarena challenges ls` lists them"
+        )
+    challenge = load_challenge(directory)
+    if challenge.name != name:
+        raise ChallengeError(
+            f"{directory / CHALLENGE_FILE}: name: {challenge.name!r} is not its "
+            f"directory's name {name!r}"
+        )
+    return challenge
+
+
 def is_path(name_or_path: str) -> bool:
     """Whether `name_or_path` names a file or directory rather than a built-in."""
     return "/" in name_or_path or name_or_path.endswith(".toml") or name_or_path in (".", "..")
 
 
 def find_challenge(name_or_path: str) -> Challenge:
-    """A built-in challenge by name, or a challenge directory (or TOML file) by path
-    (anything containing a `/` or ending in `.toml`). Raises `ChallengeError`."""
+    """A challenge by name (built-in or an installed package's), or a challenge directory
+    (or TOML file) by path (anything containing a `/` or ending in `.toml`). Raises
+    `ChallengeError`."""
     if is_path(name_or_path):
         return load_challenge(name_or_path)
-    return builtin_challenge(name_or_path)
+    return named_challenge(name_or_path)
 
 
 def challenge_source(challenge: Challenge) -> str:
-    """What finds `challenge` again (`find_challenge`): its name when it is the built-in
-    of that name (or was not loaded from disk), else the absolute path it came from."""
-    builtin = (builtin_root() / challenge.name).resolve()
-    if challenge.origin is None or challenge.origin == builtin:
+    """What finds `challenge` again (`find_challenge`): its name when it is the named
+    challenge of that name (built-in or a package's; or was not loaded from disk), else
+    the absolute path it came from."""
+    if challenge.origin is None:
+        return challenge.name
+    named = CHALLENGES.get(challenge.name) if is_valid_name(challenge.name) else None
+    if named is not None and challenge.origin == named.resolve():
         return challenge.name
     return str(challenge.origin)
 

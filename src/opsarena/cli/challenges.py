@@ -1,4 +1,5 @@
-"""`opsarena challenges`: list the built-in challenges, print a brief, validate a directory."""
+"""`opsarena challenges`: list the challenges (built-in and installed packages'), print a
+brief, validate a directory."""
 
 from __future__ import annotations
 
@@ -7,30 +8,27 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from opsarena.challenges import (
-    Challenge,
-    builtin_challenge,
-    builtin_names,
-    find_challenge,
-    load_challenge,
-)
-from opsarena.challenges.catalog import placed_files
+from opsarena.challenges import Challenge, find_challenge, load_challenge
+from opsarena.challenges.catalog import challenge_names, named_challenge, placed_files
 from opsarena.challenges.setup import brief_for
 from opsarena.cli.output import console, err_console, printable
 from opsarena.errors import ChallengeError
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
 
-app = typer.Typer(help="Built-in challenges and challenge files.", no_args_is_help=True)
+app = typer.Typer(
+    help="Challenges (built-in and installed) and challenge files.", no_args_is_help=True
+)
 
 
 @app.command("ls")
 def ls() -> None:
-    """List the built-in challenges: each one's milestones with their points, and faults."""
+    """List the challenges (built-in, and those installed packages provide): each one's
+    milestones with their points, and faults."""
     table = Table("title", "milestones (points)", "points", "faults", "time limit")
     table.columns.insert(0, Column("name", no_wrap=True))
-    for name in builtin_names():
-        challenge = builtin_challenge(name)
+    for name in challenge_names():
+        challenge = named_challenge(name)
         table.add_row(
             name,
             challenge.title,
@@ -51,7 +49,7 @@ def whole_problems(challenge: Challenge) -> list[str]:
 
 @app.command("show")
 def show(
-    name: Annotated[str, typer.Argument(help="A built-in challenge, or a challenge directory.")],
+    name: Annotated[str, typer.Argument(help="A challenge's name, or a challenge directory.")],
     seed: Annotated[
         str, typer.Option("--seed", help="The match seed (hex) the brief's variants derive from.")
     ] = "00" * 32,

@@ -1,4 +1,4 @@
-"""The faults (Jepsen's nemesis): one registered object per fault, found by name.
+"""The faults (Jepsen's nemesis): one registered class per fault, found by name.
 
 A fault has three steps, run in order by `run_fault`: `inject` (through one `Host`
 method, named by `host_method`), `confirm` (from outside the host: a new main PID, a new
@@ -7,8 +7,18 @@ the service is probed again). A challenge names faults by these names (a milesto
 `fault`); a host driver declares the names it supports (`HostDriver.faults`), and a
 challenge needing one its driver lacks is refused at match start (`missing_faults`).
 
-Adding a fault is one class here with `@register_fault`: nothing else dispatches on
-fault names.
+Faults are a `Registry` (entry point group `opsarena.faults`). A new fault takes: its
+class with `@register_fault` (here for a built-in, or in a package's module named by an
+`opsarena.faults` entry point); when it needs a `Host` method no offered fault uses, that
+method in `hosts/base.py` and each driver that can do it, and its name in those drivers'
+`HostDriver.faults`; a line in docs/REFEREE.md. A driver offers a fault it names, and
+every fault performed by the `Host` method of one it names (`offered_faults`), so a
+plug-in fault built on an existing method needs no driver change. Besides this
+registry, code dispatches on a few built-in names for what only they need:
+`CHECK_FAULTS` (the built-in durability checks' defaults) and the power-cut disk a host
+is created with (`FAULT_POWER_CUT`, match/controller.py and the Inspect sandbox: a
+plug-in fault on `power_cut` is offered but gets no such disk yet). Registering another
+fault under a taken name is a `RegistryError`.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from typing import ClassVar
 from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host
+from opsarena.registry import Registry
 
 CHECK_FAULTS = {"restart-durability": "restart", "reboot-durability": "reboot"}
 """The fault each built-in durability check injects when its milestone names none."""
@@ -77,24 +88,37 @@ class Fault(abc.ABC):
         return []
 
 
-_FAULTS: dict[str, Fault] = {}
+FAULTS: Registry[type[Fault]] = Registry("fault", "opsarena.faults")
+"""Fault classes by name; `get_fault` makes the instance (constructible without arguments;
+`with_params` configures it for a milestone)."""
 
 
 def register_fault(cls: type[Fault]) -> type[Fault]:
-    """Class decorator: register one instance of `cls` under `cls.name`."""
-    if cls.name in _FAULTS and type(_FAULTS[cls.name]) is not cls:
-        raise ValueError(f"a fault named {cls.name!r} is registered already")
-    _FAULTS[cls.name] = cls()
-    return cls
+    """Class decorator: register `cls` under `cls.name`; `RegistryError` when another
+    fault has the name already."""
+    return FAULTS.register(cls.name, cls)
 
 
 def fault_names() -> list[str]:
-    return sorted(_FAULTS)
+    """Every fault's name, the installed packages' included, sorted."""
+    return FAULTS.names()
 
 
 def get_fault(name: str) -> Fault:
     """The fault registered as `name`; `KeyError` (a bug: challenges are checked first)."""
-    return _FAULTS[name]
+    cls = FAULTS.get(name)
+    if cls is None:
+        raise KeyError(name)
+    return cls()
+
+
+def offered_faults(supported: Iterable[str]) -> set[str]:
+    """The faults a host driver declaring `supported` (its `HostDriver.faults`) can
+    inject: those, and every registered fault performed by the `Host` method of one of
+    them (a plug-in fault built on `restart_service` is offered wherever `restart` is)."""
+    offered = set(supported)
+    methods = {cls.host_method for name in offered if (cls := FAULTS.get(name)) is not None}
+    return offered | {name for name, cls in FAULTS.items() if cls.host_method in methods}
 
 
 async def run_fault(fault: Fault, host: Host, unit: str) -> FaultRun:
@@ -132,9 +156,10 @@ def faults_needed(challenge: Challenge) -> list[str]:
 
 def missing_faults(challenge: Challenge, supported: Iterable[str], driver: str) -> str | None:
     """One line saying which faults `challenge` needs that are unknown or that the host
-    driver `driver` does not support; None when every one is there. Pure."""
-    offered = set(supported)
-    unknown = [f for f in faults_needed(challenge) if f not in _FAULTS]
+    driver `driver` does not support; None when every one is there. Pure apart from
+    loading the `opsarena.faults` plug-ins."""
+    offered = offered_faults(supported)
+    unknown = [f for f in faults_needed(challenge) if FAULTS.get(f) is None]
     if unknown:
         return (
             f"challenge {challenge.name!r} names unknown faults {', '.join(unknown)} "
@@ -148,7 +173,7 @@ def missing_faults(challenge: Challenge, supported: Iterable[str], driver: str) 
         )
     for m in challenge.milestones:
         name = milestone_fault(m.check, m.fault)
-        problems = _FAULTS[name].param_problems(m.params) if name is not None else []
+        problems = get_fault(name).param_problems(m.params) if name is not None else []
         if problems:
             return f"challenge {challenge.name!r}: milestone {m.id}: {problems[0]}"
     lacking = [f for f in faults_needed(challenge) if f not in offered]
