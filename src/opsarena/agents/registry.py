@@ -1,7 +1,8 @@
 """The agent registry: parse `KIND[:ARG]`, and build and preflight an `Agent` by its kind.
 
-The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`; a new
-kind registers with `register_agent_kind` and nothing else changes. The built-in kinds
+The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`, and asks
+a kind's capabilities (`runs_in_cage`, `has_done_token`); a new kind registers with
+`register_agent_kind`, declaring them, and nothing else changes. The built-in kinds
 (`scripted`, `command`, `llm`, `human`) are registered when this module is imported; it
 is the only module that imports the agent implementations, and none of them imports it.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from opsarena.agents.base import Agent
+from opsarena.agents.cage import ProcessCage
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.human import HumanAgent
 from opsarena.agents.llm import LlmAgent
@@ -41,6 +43,12 @@ class AgentKind:
     arg: str | None
     """What the argument is called in messages (`MODEL`), or None when the kind takes none."""
     refused_settings: frozenset[str] = frozenset()
+    caged: bool = False
+    """Its agents run programs in a `ProcessCage` (cgroups that outlive a controller that
+    was killed: a resumed match removes what they left, `remove_cages`)."""
+    done_token: bool = False
+    """A person plays it: the territory gets a done token (`agents.done`), and `opsarena
+    done` with it ends the agent's turn."""
 
 
 _KINDS: dict[str, AgentKind] = {}
@@ -52,14 +60,40 @@ def register_agent_kind(
     *,
     arg: str | None,
     refused_settings: frozenset[str] = frozenset(),
+    caged: bool = False,
+    done_token: bool = False,
 ) -> None:
     """Make `factory` the builder of agents of kind `name` (replacing an earlier one).
-    `refused_settings` are settings that make no sense for the kind; giving one is an error."""
-    _KINDS[name] = AgentKind(name, factory, arg, refused_settings)
+    `refused_settings` are settings that make no sense for the kind; giving one is an error.
+    `caged` and `done_token` are the kind's capabilities (`AgentKind`): the controller
+    asks for them (`runs_in_cage`, `has_done_token`) and never names a kind."""
+    _KINDS[name] = AgentKind(name, factory, arg, refused_settings, caged, done_token)
 
 
 def agent_kinds() -> list[str]:
     return sorted(_KINDS)
+
+
+def has_done_token(kind: str) -> bool:
+    """Whether `kind` is played by a person who ends the turn with `opsarena done` and
+    the territory's done token (False for an unknown kind)."""
+    known = _KINDS.get(kind)
+    return known is not None and known.done_token
+
+
+def runs_in_cage(kind: str) -> bool:
+    """Whether agents of `kind` run programs in a cage (False for an unknown kind)."""
+    known = _KINDS.get(kind)
+    return known is not None and known.caged
+
+
+def remove_cages(match_id: str) -> int:
+    """Remove every cage agents of `match_id` left (their processes killed first): what
+    the agents of a controller that was killed left running. Blocking; returns how many."""
+    cages = ProcessCage.of_match(match_id)
+    for cage in cages:
+        cage.remove()
+    return len(cages)
 
 
 def _kind_usage() -> str:
@@ -156,7 +190,11 @@ register_agent_kind(
     refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
 )
 register_agent_kind(
-    "command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS | LLM_ONLY_LIMITS
+    "command",
+    _command,
+    arg="PROGRAM",
+    refused_settings=LLM_ONLY_SETTINGS | LLM_ONLY_LIMITS,
+    caged=True,
 )
 register_agent_kind("llm", _llm, arg="MODEL", refused_settings=COMMAND_ONLY_SETTINGS)
 register_agent_kind(
@@ -164,4 +202,5 @@ register_agent_kind(
     _human,
     arg=None,
     refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
+    done_token=True,
 )
