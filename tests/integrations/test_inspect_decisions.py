@@ -268,6 +268,20 @@ def test_a_power_cut_disk_only_for_a_challenge_that_cuts_the_power() -> None:
     assert not needs_power_cut(builtin_challenge("durable-records"))
 
 
+def test_a_plug_in_fault_that_needs_a_power_cut_disk_gets_one() -> None:
+    """The sandbox asks the fault registry, as the controller does, never a fault's name."""
+    from opsarena.challenges.catalog import builtin_challenge
+    from opsarena.challenges.model import Milestone
+    from opsarena.integrations.inspect.sandbox import needs_power_cut
+    from tests.faults import BROWNOUT
+
+    challenge = builtin_challenge("durable-records")
+    brownout = Milestone(id="chaos", title="t", points=5, check="fault-durability", fault=BROWNOUT)
+    assert needs_power_cut(
+        challenge.model_copy(update={"milestones": [*challenge.milestones, brownout]})
+    )
+
+
 def test_a_challenge_adding_packages_runs_on_its_own_image(tmp_path: Path) -> None:
     from opsarena.challenges.catalog import builtin_root
     from opsarena.hosts.image import image_for

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from opsarena.hosts import DiskUse
-from opsarena.match.controller import DISK_BLIND_S, DISK_PARTIAL_LIMIT, _DiskWatch
+from opsarena.match.disks import DISK_BLIND_S, DISK_PARTIAL_LIMIT, DiskWatch
 
 
-def watch() -> _DiskWatch:
-    return _DiskWatch(byte_quota=1000, inode_quota=10)
+def watch() -> DiskWatch:
+    return DiskWatch(byte_quota=1000, inode_quota=10)
 
 
 def test_bytes_or_inodes_over_their_quota_freeze() -> None:

@@ -21,8 +21,10 @@ from opsarena.referee.nemesis import (
     faults_needed,
     get_fault,
     missing_faults,
+    needs_power_cut_disk,
 )
 from opsarena.store import SqliteEventStore
+from tests.faults import BROWNOUT
 
 
 def test_restart_and_reboot_are_registered_and_name_their_host_method() -> None:
@@ -43,6 +45,25 @@ def with_fault(fault: str) -> object:
     challenge = builtin_challenge("durable-records")
     extra = Milestone(id="chaos", title="t", points=5, check="fault-durability", fault=fault)
     return challenge.model_copy(update={"milestones": [*challenge.milestones, extra]})
+
+
+def test_hosts_get_a_power_cut_disk_when_a_fault_of_the_challenge_declares_it(
+    tmp_path: Path,
+) -> None:
+    """The capability decides, not the fault's name: a plug-in fault that declares it
+    gets the disk as the built-in power cut does; the controller's hosts follow it."""
+    assert needs_power_cut_disk(with_fault(BROWNOUT))  # type: ignore[arg-type]
+    assert needs_power_cut_disk(with_fault("power-cut"))  # type: ignore[arg-type]
+    assert not needs_power_cut_disk(with_fault("crash"))  # type: ignore[arg-type]
+    assert not needs_power_cut_disk(with_fault("partition"))  # type: ignore[arg-type]
+    for fault, disk in ((BROWNOUT, True), ("reboot", False)):
+        plan = MatchPlan(
+            challenge=with_fault(fault),  # type: ignore[arg-type]
+            competitors=[competitor_from_cli("a", "scripted:idle")],
+            time_limit_s=60.0,
+        )
+        with SqliteEventStore(tmp_path / "log.db") as store:
+            assert Controller(plan, store).host_spec("a").power_cut is disk
 
 
 def test_a_missing_or_unknown_fault_is_one_line() -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from opsarena.agents.competitors import competitor_from_cli
-from opsarena.agents.human import done_proof, operator_key
+from opsarena.agents.human import HumanAgent, done_proof, operator_key
+from opsarena.agents.registry import register_agent_kind
 from opsarena.challenges.catalog import find_challenge
 from opsarena.hosts import get_driver
 from opsarena.match.controller import Controller, MatchPlan
@@ -25,6 +26,10 @@ from opsarena.store import SqliteEventStore
 from tests.conftest import new_match_id
 
 pytestmark = pytest.mark.hosts
+
+register_agent_kind(
+    "test-person", lambda spec, settings, env: HumanAgent(), arg=None, done_token=True
+)
 
 
 async def test_only_the_territorys_token_or_the_operator_key_declares_it_done(
@@ -35,7 +40,7 @@ async def test_only_the_territorys_token_or_the_operator_key_declares_it_done(
         challenge=find_challenge("durable-records"),
         competitors=[
             competitor_from_cli("alice", "human"),
-            competitor_from_cli("bob", "human"),
+            competitor_from_cli("bob", "test-person"),  # a plug-in kind with a done token
             competitor_from_cli("bot", "scripted:idle"),
         ],
         time_limit_s=180.0,

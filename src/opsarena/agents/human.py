@@ -7,90 +7,39 @@ run` prints for that person only (`human_instructions`). The command logs a
 never the token itself); the controller checks the proof and only then logs
 `competitor_done`, sets `ctx.done` and puts who declared it in `ctx.params["done_by"]`.
 The operator can do the same with `opsarena done --operator`, proving it can read the
-arena-only operator key file (`operator_key_path`). The agent itself never touches the
-host.
+arena-only operator key file (`operator_key_path`). The tokens and proofs are the
+kind-neutral done protocol (`agents.done`); this kind declares that it has a done token
+where it registers (`agents.registry`). The agent itself never touches the host.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
-import os
-import secrets
 import time
-from pathlib import Path
-
-import platformdirs
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
+from opsarena.agents.done import (
+    DONE_TOKEN_ENV,
+    OPERATOR_KEY_ENV,
+    done_proof,
+    done_token,
+    human_instructions,
+    operator_key,
+    operator_key_path,
+    proof_holds,
+)
 
-DONE_TOKEN_ENV = "OPSARENA_DONE_TOKEN"
-OPERATOR_KEY_ENV = "OPSARENA_OPERATOR_KEY"
-
-
-def done_token(key: bytes, match_id: str, territory: str) -> str:
-    """The done token of `territory` in `match_id`, derived from the match's secret `key`
-    (held only by the controller's process, never logged)."""
-    digest = hmac.new(key, f"opsarena-done-token:{match_id}:{territory}".encode(), "sha256")
-    return base64.urlsafe_b64encode(digest.digest()[:18]).decode()
-
-
-def done_proof(secret: str, match_id: str, territory: str) -> str:
-    """What `opsarena done` logs to prove it holds `secret` (a done token or the operator
-    key) for this request: an HMAC, from which the secret cannot be recovered, valid for
-    this match and territory only."""
-    message = f"opsarena-done:{match_id}:{territory}".encode()
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-
-
-def proof_holds(proof: object, secret: str, match_id: str, territory: str) -> bool:
-    """Whether `proof` is `done_proof(secret, match_id, territory)` (constant time)."""
-    if not isinstance(proof, str):
-        return False
-    expected = done_proof(secret, match_id, territory)
-    return hmac.compare_digest(proof.encode(), expected.encode())
-
-
-def operator_key_path() -> Path:
-    """`$OPSARENA_OPERATOR_KEY`, else `operator.key` in the arena user's data directory."""
-    override = os.environ.get(OPERATOR_KEY_ENV)
-    if override:
-        return Path(override).expanduser()
-    return platformdirs.user_data_path("opsarena") / "operator.key"
-
-
-def operator_key(create: bool = False) -> str | None:
-    """The operator key (mode 0600, only the arena's user can read it); with `create`, a
-    new one is made when there is none. None when it is missing or unreadable."""
-    path = operator_key_path()
-    try:
-        return path.read_text().strip() or None
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another arena made it meanwhile
-        return path.read_text().strip() or None
-    with os.fdopen(fd, "w") as file:
-        file.write(key + "\n")
-    return key
-
-
-def human_instructions(match_id: str, territory: str, token: str) -> str:
-    """What `opsarena run` prints for a human territory: the exact commands to use and
-    the token that proves the person is this territory's competitor."""
-    return (
-        f"{territory}: work in your host with `opsarena hosts shell {match_id}/{territory}`; "
-        f"when finished run `{DONE_TOKEN_ENV}={token} opsarena done {match_id} {territory}` "
-        "(the token is yours alone: it ends your session)"
-    )
+__all__ = [  # the done protocol (`agents.done`) is also reachable here, where it began
+    "DONE_TOKEN_ENV",
+    "OPERATOR_KEY_ENV",
+    "HumanAgent",
+    "done_proof",
+    "done_token",
+    "human_instructions",
+    "operator_key",
+    "operator_key_path",
+    "proof_holds",
+]
 
 
 class HumanAgent(Agent):

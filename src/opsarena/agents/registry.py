@@ -1,8 +1,10 @@
 """The agent registry: parse `KIND[:ARG]`, and build and preflight an `Agent` by its kind.
 
-The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`. A new
-kind takes: its `Agent` class, a `register_agent_kind` call (here for a built-in, or in
-a package's module named by an `opsarena.agents` entry point: `Registry`), and, when it
+The controller only calls `parse_agent_spec`, `build_agent` and `preflight_agent`, and asks
+a kind's capabilities (`runs_in_cage`, `has_done_token`), which the kind declares where
+it registers. A new kind takes: its `Agent` class, a `register_agent_kind` call (here
+for a built-in, or in a package's module named by an `opsarena.agents` entry point:
+`Registry`), and, when it
 has settings of its own, their names in `agents/spec.py` (`AgentSettings` and the
 `*_ONLY_SETTINGS` sets other kinds refuse). The built-in kinds (`scripted`, `command`,
 `llm`, `human`) are registered when this module is imported; it is the only module that
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from opsarena.agents.base import Agent
+from opsarena.agents.cage import ProcessCage
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.human import HumanAgent
 from opsarena.agents.llm import LlmAgent
@@ -46,6 +49,12 @@ class AgentKind:
     arg: str | None
     """What the argument is called in messages (`MODEL`), or None when the kind takes none."""
     refused_settings: frozenset[str] = frozenset()
+    caged: bool = False
+    """Its agents run programs in a `ProcessCage` (cgroups that outlive a controller that
+    was killed: a resumed match removes what they left, `remove_cages`)."""
+    done_token: bool = False
+    """A person plays it: the territory gets a done token (`agents.done`), and `opsarena
+    done` with it ends the agent's turn."""
 
 
 KINDS: Registry[AgentKind] = Registry("agent kind", "opsarena.agents")
@@ -57,16 +66,42 @@ def register_agent_kind(
     *,
     arg: str | None,
     refused_settings: frozenset[str] = frozenset(),
+    caged: bool = False,
+    done_token: bool = False,
 ) -> None:
     """Make `factory` the builder of agents of kind `name`; `RegistryError` when another
     kind has the name already. `refused_settings` are settings that make no sense for the
-    kind; giving one is an error."""
-    KINDS.register(name, AgentKind(name, factory, arg, refused_settings))
+    kind; giving one is an error. `caged` and `done_token` are the kind's capabilities
+    (`AgentKind`): the controller asks for them (`runs_in_cage`, `has_done_token`) and
+    never names a kind."""
+    KINDS.register(name, AgentKind(name, factory, arg, refused_settings, caged, done_token))
 
 
 def agent_kinds() -> list[str]:
     """Every kind's name, the installed packages' included, sorted."""
     return KINDS.names()
+
+
+def has_done_token(kind: str) -> bool:
+    """Whether `kind` is played by a person who ends the turn with `opsarena done` and
+    the territory's done token (False for an unknown kind)."""
+    known = KINDS.get(kind)
+    return known is not None and known.done_token
+
+
+def runs_in_cage(kind: str) -> bool:
+    """Whether agents of `kind` run programs in a cage (False for an unknown kind)."""
+    known = KINDS.get(kind)
+    return known is not None and known.caged
+
+
+def remove_cages(match_id: str) -> int:
+    """Remove every cage agents of `match_id` left (their processes killed first): what
+    the agents of a controller that was killed left running. Blocking; returns how many."""
+    cages = ProcessCage.of_match(match_id)
+    for cage in cages:
+        cage.remove()
+    return len(cages)
 
 
 def _kind_usage() -> str:
@@ -162,7 +197,11 @@ register_agent_kind(
     refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
 )
 register_agent_kind(
-    "command", _command, arg="PROGRAM", refused_settings=LLM_ONLY_SETTINGS | LLM_ONLY_LIMITS
+    "command",
+    _command,
+    arg="PROGRAM",
+    refused_settings=LLM_ONLY_SETTINGS | LLM_ONLY_LIMITS,
+    caged=True,
 )
 register_agent_kind("llm", _llm, arg="MODEL", refused_settings=COMMAND_ONLY_SETTINGS)
 register_agent_kind(
@@ -170,4 +209,5 @@ register_agent_kind(
     _human,
     arg=None,
     refused_settings=LLM_ONLY_SETTINGS | COMMAND_ONLY_SETTINGS | EVERY_LIMIT,
+    done_token=True,
 )

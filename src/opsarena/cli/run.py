@@ -15,20 +15,20 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from opsarena.agents.competitors import Competitor, competitor_from_cli, load_competitors
-from opsarena.agents.human import (
+from opsarena.agents.done import (
     DONE_TOKEN_ENV,
     done_proof,
     human_instructions,
     operator_key,
     operator_key_path,
 )
+from opsarena.agents.registry import has_done_token
 from opsarena.challenges.catalog import find_challenge
 from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
@@ -44,7 +44,7 @@ from opsarena.match.controller import (
 from opsarena.match.events import DoneRequested
 from opsarena.match.record import MatchRecord
 from opsarena.store import EventStore
-from opsarena.web import ScoreboardServer, start_scoreboard
+from opsarena.web import scoreboard_while
 
 DEMO_BUILDERS = {
     "reference": "scripted:reference",
@@ -106,7 +106,7 @@ def play(
     """Run the match of `plan` with the terminal view (and the web scoreboard while it
     runs, if `serve`); return its record."""
     live = sys.stdout.isatty() and not quiet
-    with open_db(db) as store, _scoreboard(db, serve) as scoreboard:
+    with open_db(db) as store, scoreboard_while(db, serve) as scoreboard:
 
         async def main() -> MatchRecord:
             controller = Controller(plan, store)
@@ -154,19 +154,6 @@ async def _created(store: EventStore, match_id: str, playing: asyncio.Task[Match
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
     return waiter.done() and not waiter.cancelled() and waiter.exception() is None
-
-
-@contextlib.contextmanager
-def _scoreboard(db: str | None, serve: bool) -> Iterator[ScoreboardServer | None]:
-    """The web scoreboard of `db` for the duration of a match (`--serve`), else nothing."""
-    if not serve:
-        yield None
-        return
-    server = start_scoreboard(db)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 ServeOption = Annotated[
@@ -281,7 +268,7 @@ def run(
 
 def _announce_humans(plan: MatchPlan) -> None:
     for competitor in plan.competitors:
-        if competitor.kind == "human":
+        if has_done_token(competitor.kind):
             err_console.print(
                 human_instructions(
                     plan.match_id, competitor.territory, plan.done_token(competitor.territory)
@@ -343,7 +330,7 @@ def done(
         if record.match_state != "running":
             raise MatchError(f"match {match_id} is {record.match_state}, not running")
         agent = record.agents[record.territories[territory].agent]
-        if agent.kind != "human":
+        if not has_done_token(agent.kind):
             raise UsageError(f"{territory} is played by a {agent.kind} agent, not a person")
         secret = _done_secret(operator)
         data = DoneRequested(

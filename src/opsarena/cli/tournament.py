@@ -15,7 +15,6 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -46,7 +45,7 @@ from opsarena.tournament import (
     tournament_outcomes,
 )
 from opsarena.tournament.record import AttemptRecord, TournamentFolder, stream_id
-from opsarena.web import ScoreboardServer, start_scoreboard
+from opsarena.web import scoreboard_while
 
 if TYPE_CHECKING:
     from opsarena.tournament.ray_exec import RayExecutor
@@ -126,7 +125,7 @@ def run(
         lanes = _parallel(parallel or plan.parallel, plan.territories_per_match)
     else:
         lanes = parallel or _cluster_lanes(executor, plan.territories_per_match)
-    with open_db(db) as store, _scoreboard(db, serve) as scoreboard:
+    with open_db(db) as store, scoreboard_while(db, serve) as scoreboard:
 
         async def main() -> TournamentRecord:
             runner = await TournamentRunner.create(
@@ -200,19 +199,6 @@ def _executor(
 def _cluster_lanes(executor: RayExecutor, territories: int) -> int:
     """Matches in flight at once on the cluster: as many as its territory units hold."""
     return max(1, executor.check_capacity() // max(1, territories))
-
-
-@contextlib.contextmanager
-def _scoreboard(db: str | None, serve: bool) -> Iterator[ScoreboardServer | None]:
-    """The web scoreboard of `db` while the tournament runs (`--serve`), else nothing."""
-    if not serve:
-        yield None
-        return
-    server = start_scoreboard(db)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _finish(record: TournamentRecord, board: Leaderboard) -> None:

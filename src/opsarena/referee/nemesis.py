@@ -56,6 +56,9 @@ class Fault(abc.ABC):
     """How a failure_detail names the time after it: "after the restart"."""
     host_state: ClassVar[str | None] = None
     """The host state logged while the fault is in flight ("rebooting"), if any."""
+    needs_power_cut_disk: ClassVar[bool] = False
+    """Hosts it is injected on need a disk that can lose power (`HostSpec.power_cut`):
+    a host is given one only when a fault of its challenge says so (`needs_power_cut_disk`)."""
 
     def describe(self, host: Host, unit: str) -> str:
         """What the fault does, as a failure_detail step."""
@@ -152,6 +155,16 @@ def faults_needed(challenge: Challenge) -> list[str]:
         if name is not None and name not in needed:
             needed.append(name)
     return needed
+
+
+def needs_power_cut_disk(challenge: Challenge) -> bool:
+    """Whether hosts made for `challenge` need a disk that can lose power: a fault one of
+    its milestones injects declares it (`Fault.needs_power_cut_disk`). A fault that is not
+    registered needs nothing (`missing_faults` refuses it first). Pure."""
+    known = set(fault_names())
+    return any(
+        get_fault(name).needs_power_cut_disk for name in faults_needed(challenge) if name in known
+    )
 
 
 def missing_faults(challenge: Challenge, supported: Iterable[str], driver: str) -> str | None:
@@ -276,6 +289,7 @@ class PowerCutFault(Fault):
     timeout_s = 90.0
     after = "after the power cut"
     host_state = "rebooting"
+    needs_power_cut_disk = True
 
     def describe(self, host: Host, unit: str) -> str:
         return "power cut of the host (un-synced writes may be lost)"

@@ -6,6 +6,7 @@ from opsarena.web.server import (
     DEFAULT_PORT,
     ScoreboardServer,
     bind,
+    scoreboard_while,
     serve_forever,
     start_scoreboard,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "ScoreboardServer",
     "bind",
     "create_app",
+    "scoreboard_while",
     "serve_forever",
     "start_scoreboard",
 ]

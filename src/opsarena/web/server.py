@@ -8,9 +8,11 @@ its own event loop for `opsarena run --serve`, so the match's loop is never shar
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
@@ -136,3 +138,17 @@ def start_scoreboard(db: Path | str | None) -> ScoreboardServer:
         server = ScoreboardServer(db, port=0)
         server.start()
     return server
+
+
+@contextlib.contextmanager
+def scoreboard_while(db: Path | str | None, serve: bool) -> Iterator[ScoreboardServer | None]:
+    """The started scoreboard of `db` for the `with` block (`--serve` of a match or a
+    tournament), stopped at its end; None when not `serve`. Raises `ServeError`."""
+    if not serve:
+        yield None
+        return
+    server = start_scoreboard(db)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -50,7 +50,6 @@ from opsarena.errors import (
 from opsarena.hosts import (
     DEFAULT_DRIVER,
     DEFAULT_IMAGE,
-    FAULT_POWER_CUT,
     ExecResult,
     Host,
     HostDriver,
@@ -60,7 +59,7 @@ from opsarena.hosts import (
 from opsarena.hosts.image import image_for
 from opsarena.integrations.inspect import commands
 from opsarena.match.commitment import new_nonce, seed_commitment
-from opsarena.referee.nemesis import faults_needed, missing_faults
+from opsarena.referee.nemesis import missing_faults, needs_power_cut_disk
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +142,10 @@ class OpsarenaSandboxConfig(BaseModel):
 
 
 def needs_power_cut(challenge: Challenge | None) -> bool:
-    """Whether hosts made for `challenge` need a disk that can lose power: one of its
-    milestones injects the power-cut fault (as the match controller decides). Pure."""
-    return challenge is not None and FAULT_POWER_CUT in faults_needed(challenge)
+    """Whether hosts made for `challenge` need a disk that can lose power: a fault one of
+    its milestones injects says so (`nemesis.needs_power_cut_disk`, as the match
+    controller decides). Pure."""
+    return challenge is not None and needs_power_cut_disk(challenge)
 
 
 def load_config(config: SandboxEnvironmentConfigType | None) -> OpsarenaSandboxConfig:
