@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 START_TIMEOUT_S = 60
 
 
@@ -69,6 +71,18 @@ def postgres_server() -> Iterator[str]:
             _run_as(user, [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def postgres_for_tests() -> Iterator[str]:
+    """`postgres_server` for a fixture: skipped without the server binaries, except in CI
+    (where they are installed, so their absence is a failure)."""
+    if not postgres_available():
+        if os.environ.get("CI"):
+            pytest.fail("CI needs PostgreSQL's server binaries: ./bootstrap test installs them")
+        pytest.skip("PostgreSQL server binaries missing (apt-get install postgresql)")
+    with postgres_server() as url:
+        yield url
 
 
 def new_database(url: str) -> str:

@@ -24,7 +24,7 @@ from opsarena.store import (
     content_digest,
     open_store,
 )
-from tests.pg import new_database, postgres_available, postgres_server
+from tests.pg import new_database, postgres_for_tests
 
 OLD = "2000-01-01T00:00:00.000Z"
 
@@ -49,11 +49,7 @@ def writer(target: str, match_id: str, name: str, count: int) -> subprocess.Pope
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    if not postgres_available():
-        if __import__("os").environ.get("CI"):
-            pytest.fail("CI needs PostgreSQL's server binaries: ./bootstrap test installs them")
-        pytest.skip("PostgreSQL server binaries missing (apt-get install postgresql)")
-    with postgres_server() as url:
+    with postgres_for_tests() as url:
         yield url
 
 

@@ -27,18 +27,14 @@ from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
 from opsarena.web.server import ScoreboardServer
 from opsarena.web.tournament import tournament_messages
 from tests.match.test_fold import Plan, simulate
-from tests.pg import new_database, postgres_available, postgres_server
+from tests.pg import new_database, postgres_for_tests
 from tests.tournament.test_record import created, ended, started
 from tests.web.sse import messages
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    if not postgres_available():
-        if __import__("os").environ.get("CI"):
-            pytest.fail("CI needs PostgreSQL's server binaries: ./bootstrap test installs them")
-        pytest.skip("PostgreSQL server binaries missing (apt-get install postgresql)")
-    with postgres_server() as url:
+    with postgres_for_tests() as url:
         yield url
 
 

@@ -1,11 +1,10 @@
-"""The event log: an append-only, gap-free, per-match sequence of events (SQLite or PostgreSQL)."""
+"""The event log: an append-only, gap-free, per-match sequence of events (SQLite, PostgreSQL,
+or a store kind registered in `STORES`)."""
 
-from pathlib import Path
-
-from opsarena.errors import StoreError
 from opsarena.store.base import (
     DEFAULT_POLL_S,
     MAX_EVENT_BYTES,
+    BlockingEventStore,
     EventStore,
     LogAudit,
     MatchSummary,
@@ -25,6 +24,7 @@ from opsarena.store.chain import (
     event_hash,
     forged_tail_start,
 )
+from opsarena.store.kinds import FILE_KIND, STORES, StoreOpener, open_store, store_kind
 from opsarena.store.sqlite import SqliteEventStore
 from opsarena.store.targets import (
     DB_ENV,
@@ -32,29 +32,20 @@ from opsarena.store.targets import (
     default_target,
     describe_target,
     is_postgres_url,
+    normal_url,
     resolve_target,
+    url_scheme,
 )
 from opsarena.store.vault import SeedVault
-
-
-def open_store(target: Path | str | None = None, *, read_only: bool = False) -> EventStore:
-    """The event log `target` names (see `store.targets`): a PostgreSQL URL or an SQLite
-    file; None means `$OPSARENA_DB` or the default file. Raises `StoreError`."""
-    resolved = resolve_target(target)
-    if is_postgres_url(resolved):
-        try:
-            from opsarena.store.postgres import PostgresEventStore
-        except ImportError as exc:
-            raise StoreError(str(exc)) from None
-        return PostgresEventStore(resolved, read_only=read_only)
-    return SqliteEventStore(resolved, read_only=read_only)
-
 
 __all__ = [
     "DB_ENV",
     "DEFAULT_POLL_S",
+    "FILE_KIND",
     "GENESIS",
     "MAX_EVENT_BYTES",
+    "STORES",
+    "BlockingEventStore",
     "ChainLink",
     "ChainProblem",
     "EventStore",
@@ -64,6 +55,7 @@ __all__ = [
     "QuarantinedEvent",
     "SeedVault",
     "SqliteEventStore",
+    "StoreOpener",
     "StoredEvent",
     "canonical_json",
     "chain_problems",
@@ -75,7 +67,10 @@ __all__ = [
     "event_hash",
     "forged_tail_start",
     "is_postgres_url",
+    "normal_url",
     "open_store",
     "resolve_target",
+    "store_kind",
+    "url_scheme",
     "utc_now_iso",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -271,3 +272,85 @@ class EventStore(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class BlockingEventStore(EventStore):
+    """An `EventStore` built on synchronous operations (a DB-API driver's): the store
+    implements the `*_blocking` methods, each one short, and this class gives the async
+    API by running each in a worker thread, so the event loop is never held."""
+
+    @abc.abstractmethod
+    def append_blocking(
+        self,
+        match_id: str,
+        event_type: str,
+        data: Mapping[str, Any],
+        t_ms: int,
+        *,
+        wall: str | None = None,
+    ) -> int:
+        """`append` without the thread hop."""
+
+    @abc.abstractmethod
+    def read_blocking(
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> list[StoredEvent]:
+        """`read` without the thread hop."""
+
+    @abc.abstractmethod
+    def audit_blocking(self, match_id: str) -> LogAudit:
+        """`audit` without the thread hop."""
+
+    @abc.abstractmethod
+    def quarantine_tail_blocking(self, match_id: str, reason: str) -> QuarantineResult | None:
+        """`quarantine_tail` without the thread hop."""
+
+    @abc.abstractmethod
+    def list_matches_blocking(self, limit: int | None = None) -> list[MatchSummary]:
+        """`list_matches` without the thread hop."""
+
+    @abc.abstractmethod
+    def summary_blocking(self, match_id: str) -> MatchSummary | None:
+        """`summary` without the thread hop."""
+
+    async def append(
+        self,
+        match_id: str,
+        event_type: str,
+        data: Mapping[str, Any],
+        t_ms: int,
+        *,
+        wall: str | None = None,
+    ) -> int:
+        return await asyncio.to_thread(
+            self.append_blocking, match_id, event_type, data, t_ms, wall=wall
+        )
+
+    async def read(
+        self,
+        match_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> list[StoredEvent]:
+        return await asyncio.to_thread(
+            functools.partial(self.read_blocking, max_bytes=max_bytes), match_id, after, limit
+        )
+
+    async def audit(self, match_id: str) -> LogAudit:
+        return await asyncio.to_thread(self.audit_blocking, match_id)
+
+    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
+        return await asyncio.to_thread(self.quarantine_tail_blocking, match_id, reason)
+
+    async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
+        return await asyncio.to_thread(self.list_matches_blocking, limit)
+
+    async def summary(self, match_id: str) -> MatchSummary | None:
+        return await asyncio.to_thread(self.summary_blocking, match_id)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
 import json
 import re
 import threading
@@ -58,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from opsarena.errors import LogTamperedError, StoreError
 from opsarena.store.base import (
-    EventStore,
+    BlockingEventStore,
     LogAudit,
     MatchSummary,
     QuarantinedEvent,
@@ -71,7 +70,7 @@ from opsarena.store.base import (
     within_bytes,
 )
 from opsarena.store.chain import GENESIS, ChainLink, event_hash, forged_tail_start
-from opsarena.store.targets import describe_target, is_postgres_url
+from opsarena.store.targets import describe_target, is_postgres_url, normal_url
 from opsarena.store.vault import MATCH_ID_RE, Vault
 
 SCHEMA_VERSION = 1
@@ -130,7 +129,7 @@ CREATE TABLE match_secrets (
 """Schema changes by the version they bring the database to, applied in order."""
 
 
-class PostgresEventStore(EventStore):
+class PostgresEventStore(BlockingEventStore):
     """An `EventStore` in a PostgreSQL database. Safe to share between threads.
 
     Opening connects once and creates or migrates the schema; it raises `StoreError` (one
@@ -143,7 +142,7 @@ class PostgresEventStore(EventStore):
     def __init__(self, url: str, *, read_only: bool = False, pool_max: int = POOL_MAX) -> None:
         if not is_postgres_url(url):
             raise StoreError(f"{url!r} is not a PostgreSQL URL (postgresql://...)")
-        self.url = url
+        self.url = url = normal_url(url)
         self.read_only = read_only
         self._where = describe_target(url)
         options = "-c synchronous_commit=on"
@@ -497,47 +496,10 @@ class PostgresEventStore(EventStore):
         except psycopg.Error as exc:
             raise StoreError(f"cannot read the event log {self._where}: {_one_line(exc)}") from None
 
-    # -- the EventStore API --
-
-    async def append(
-        self,
-        match_id: str,
-        event_type: str,
-        data: Mapping[str, Any],
-        t_ms: int,
-        *,
-        wall: str | None = None,
-    ) -> int:
-        return await asyncio.to_thread(
-            self.append_blocking, match_id, event_type, data, t_ms, wall=wall
-        )
-
-    async def read(
-        self,
-        match_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        *,
-        max_bytes: int | None = None,
-    ) -> list[StoredEvent]:
-        return await asyncio.to_thread(
-            functools.partial(self.read_blocking, max_bytes=max_bytes), match_id, after, limit
-        )
-
-    async def audit(self, match_id: str) -> LogAudit:
-        return await asyncio.to_thread(self.audit_blocking, match_id)
-
-    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
-        return await asyncio.to_thread(self.quarantine_tail_blocking, match_id, reason)
+    # -- the EventStore API (the other async methods come from BlockingEventStore) --
 
     def vault(self) -> Vault:
         return _PostgresVault(self)
-
-    async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
-        return await asyncio.to_thread(self.list_matches_blocking, limit)
-
-    async def summary(self, match_id: str) -> MatchSummary | None:
-        return await asyncio.to_thread(self.summary_blocking, match_id)
 
     @contextlib.asynccontextmanager
     async def changes(self) -> AsyncIterator[Wake]:

@@ -32,9 +32,7 @@ their rows are computed then.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import json
 import os
 import sqlite3
@@ -46,7 +44,7 @@ from urllib.parse import quote
 
 from opsarena.errors import EventLogError, LogTamperedError, NoEventLogError, StoreError
 from opsarena.store.base import (
-    EventStore,
+    BlockingEventStore,
     LogAudit,
     MatchSummary,
     QuarantinedEvent,
@@ -118,7 +116,7 @@ _UPGRADE_FROM_1 = [
 ]
 
 
-class SqliteEventStore(EventStore):
+class SqliteEventStore(BlockingEventStore):
     """An `EventStore` in one SQLite file. Safe to share between threads and processes.
 
     Opening raises `StoreError` (one line) when the file is not an SQLite database, is an
@@ -565,47 +563,10 @@ class SqliteEventStore(EventStore):
         except sqlite3.OperationalError as exc:
             raise StoreError(f"cannot read the event log {self.path}: {exc}") from None
 
-    # -- the EventStore API --
-
-    async def append(
-        self,
-        match_id: str,
-        event_type: str,
-        data: Mapping[str, Any],
-        t_ms: int,
-        *,
-        wall: str | None = None,
-    ) -> int:
-        return await asyncio.to_thread(
-            self.append_blocking, match_id, event_type, data, t_ms, wall=wall
-        )
-
-    async def read(
-        self,
-        match_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        *,
-        max_bytes: int | None = None,
-    ) -> list[StoredEvent]:
-        return await asyncio.to_thread(
-            functools.partial(self.read_blocking, max_bytes=max_bytes), match_id, after, limit
-        )
-
-    async def list_matches(self, limit: int | None = None) -> list[MatchSummary]:
-        return await asyncio.to_thread(self.list_matches_blocking, limit)
-
-    async def audit(self, match_id: str) -> LogAudit:
-        return await asyncio.to_thread(self.audit_blocking, match_id)
-
-    async def quarantine_tail(self, match_id: str, reason: str) -> QuarantineResult | None:
-        return await asyncio.to_thread(self.quarantine_tail_blocking, match_id, reason)
+    # -- the EventStore API (the async methods come from BlockingEventStore) --
 
     def vault(self) -> SeedVault:
         return SeedVault(self.path.with_name(f"{self.path.name}-secrets"))
-
-    async def summary(self, match_id: str) -> MatchSummary | None:
-        return await asyncio.to_thread(self.summary_blocking, match_id)
 
     def close(self) -> None:
         with self._lock:

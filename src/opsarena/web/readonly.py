@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opsarena.store import EventStore, SqliteEventStore, is_postgres_url, open_store, resolve_target
+from opsarena.store import (
+    FILE_KIND,
+    EventStore,
+    SqliteEventStore,
+    open_store,
+    resolve_target,
+    store_kind,
+)
 
 
 def open_read_only(target: Path | str | None) -> EventStore:
-    """The event log `target` names (a file path or a PostgreSQL URL), read-only. A missing
+    """The event log `target` names (a file path or a store's URL), read-only. A missing
     SQLite file is first created as an empty event log (the only write the scoreboard ever
     makes), so a server can start before the first match. Raises `StoreError`."""
     resolved = resolve_target(target)
-    if not is_postgres_url(resolved) and not Path(resolved).exists():
+    if store_kind(resolved) == FILE_KIND and not Path(resolved).exists():
         SqliteEventStore(resolved).close()
     return open_store(resolved, read_only=True)
