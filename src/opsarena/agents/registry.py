@@ -24,7 +24,6 @@ from opsarena.agents.base import Agent
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.human import HumanAgent
-from opsarena.agents.llm import LlmAgent
 from opsarena.agents.scripted import get_scripted
 from opsarena.agents.spec import (
     COMMAND_ONLY_SETTINGS,
@@ -183,6 +182,9 @@ def _llm(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Ag
         raise AgentSpecError(
             f"model {settings.model!r} contradicts {spec.text!r}: an llm agent's model is its MODEL"
         )
+    # Imported when an llm agent is made: the openai SDK takes most of a command's start.
+    from opsarena.agents.llm import LlmAgent
+
     return LlmAgent.from_settings(spec.arg, settings, env)
 
 
