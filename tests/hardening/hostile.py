@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from opsarena.challenges import Challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.errors import HostError
 from opsarena.hosts import Host
 from opsarena.referee import Referee, derive_record, enforce_table
+from opsarena.referee.contract import CheckContext, Verdict, get_check
 
 SERVER = Path(__file__).parent / "data" / "hostile_server.py"
 SERVER_PATH = "/opt/hostile_server.py"

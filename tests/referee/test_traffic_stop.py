@@ -19,9 +19,9 @@ import time
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.checks import CheckContext
 from opsarena.hosts import Host
 from opsarena.referee.checks import _stop, _Traffic
+from opsarena.referee.contract import CheckContext
 from opsarena.referee.ledger import Ledger, Pending, classify
 from opsarena.referee.workload import Op, Slot, Step, TrafficPlan, slot_id, slot_value
 from tests.conftest import HostFactory

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.hosts import Host
+from opsarena.referee.contract import CheckContext, Verdict, get_check
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host, kernel
 from opsarena.referee import Referee, derive_record, enforce_table
+from opsarena.referee.contract import CheckContext, Verdict, get_check
 from opsarena.referee.ownership import port_ownership_verdict
 from tests.conftest import HostFactory
 

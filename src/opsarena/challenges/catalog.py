@@ -24,16 +24,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from opsarena.challenges.checks import check_names, load_checks_module, unknown_checks
-from opsarena.challenges.model import (
+from opsarena.errors import ChallengeError
+from opsarena.hosts import Host
+from opsarena.referee.contract import (
+    check_names,
+    load_checks_module,
+    setup_of,
+    setup_problems,
+    unknown_checks,
+)
+from opsarena.referee.model import (
     BUILTIN_CHECKS_MODULE,
     MODULE_PATTERN,
     Challenge,
     is_valid_name,
 )
-from opsarena.challenges.setup import setup_of, setup_problems
-from opsarena.errors import ChallengeError
-from opsarena.hosts import Host
 
 MAX_FILE_BYTES = 1024 * 1024
 """A challenge file larger than this is refused."""

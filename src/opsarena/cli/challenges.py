@@ -15,9 +15,9 @@ from opsarena.challenges import (
     load_challenge,
 )
 from opsarena.challenges.catalog import placed_files
-from opsarena.challenges.setup import brief_for
 from opsarena.cli.output import console, err_console, printable
 from opsarena.errors import ChallengeError
+from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
 

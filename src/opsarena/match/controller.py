@@ -29,8 +29,6 @@ from opsarena.agents.registry import preflight_agent
 from opsarena.agents.spec import AgentSettings, AgentSpec
 from opsarena.agents.throttle import ThrottledHost
 from opsarena.challenges.catalog import challenge_source, place_challenge
-from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.errors import (
     DiskMeasureError,
     HostError,
@@ -81,6 +79,8 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
 from opsarena.referee import Referee, feedback_message
+from opsarena.referee.contract import agent_params, brief_for
+from opsarena.referee.model import Challenge
 from opsarena.referee.nemesis import faults_needed, missing_faults
 from opsarena.store import EventStore, chain_problems, content_digest, encode_event_data
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence, Set
 from typing import Any, TypeVar
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.failures import (
     REASONS,
     Observation,

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import h11
 
-from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
-from opsarena.challenges.model import Challenge
 from opsarena.errors import (
     BootFailedError,
     HostBootError,
@@ -35,6 +33,8 @@ from opsarena.errors import (
     ServiceRestartError,
     UnitMissingError,
 )
+from opsarena.referee.contract import REFEREE_ERROR, VERIFICATION_FAILED
+from opsarena.referee.model import Challenge
 from opsarena.referee.probe import (
     BodyTooLarge,
     ConnectionClosedEarly,

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host
+from opsarena.referee.model import Challenge, Milestone
 
 CHECK_FAULTS = {"restart-durability": "restart", "reboot-durability": "reboot"}
 """The fault each built-in durability check injects when its milestone names none."""

@@ -27,7 +27,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsarena.challenges.checks import (
+from opsarena.errors import HostError
+from opsarena.hosts import Host
+from opsarena.referee.contract import (
     Check,
     CheckContext,
     FaultKind,
@@ -35,11 +37,9 @@ from opsarena.challenges.checks import (
     get_check,
     load_checks_module,
 )
-from opsarena.challenges.model import Challenge, Milestone
-from opsarena.errors import HostError
-from opsarena.hosts import Host
 from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
 from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
+from opsarena.referee.model import Challenge, Milestone
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
 from opsarena.referee.records import derive_record
 from opsarena.text import escape_unencodable, storable

@@ -26,7 +26,6 @@ import dataclasses
 import time
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.errors import HostError
 from opsarena.hosts import Host
 from opsarena.referee.checks import (
@@ -40,6 +39,7 @@ from opsarena.referee.checks import (
     wait_healthy,
     workload_seed,
 )
+from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import milestone_fault_object
 from opsarena.referee.ownership import port_ownership_verdict

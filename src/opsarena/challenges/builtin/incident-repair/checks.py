@@ -23,8 +23,6 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import ChallengeError, HostError
 from opsarena.hosts import Host
 from opsarena.referee.checks import (
@@ -37,6 +35,7 @@ from opsarena.referee.checks import (
     text_record,
     workload_seed,
 )
+from opsarena.referee.contract import CheckContext, Setup, Verdict, register_check, register_setup
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.ownership import judge_port_ownership
 from opsarena.referee.workload import Slot, slot_id, slot_value

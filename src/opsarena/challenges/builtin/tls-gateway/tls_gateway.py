@@ -31,10 +31,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
-from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.referee.contract import (
+    CheckContext,
+    Setup,
+    Verdict,
+    get_check,
+    register_check,
+    register_setup,
+)
 from opsarena.referee.failures import Observation, describe_error
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
 

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import HostError
 from opsarena.hosts import Host
 from opsarena.referee.checks import (
@@ -38,6 +36,7 @@ from opsarena.referee.checks import (
     reread_ledger,
     workload_seed,
 )
+from opsarena.referee.contract import CheckContext, Setup, Verdict, register_check, register_setup
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import Fault, FaultRun
 from opsarena.referee.probe import ProbeError, http_request

@@ -1,9 +1,20 @@
-"""The check registry: named async functions that judge one milestone on one host.
+"""The engine's contract with checks and setups: what a check is given, what it returns,
+and the registries where checks and setups are found by name.
 
 A check is `async def check(host: Host, ctx: CheckContext) -> Verdict`. It acts only
 through the `Host` interface and injects faults only through `ctx.inject_fault`, so the
-referee sees (and records) every fault. Checks register by name with `@register_check`;
-a challenge names them in its milestones and may ship its own in `checks_module`.
+referee sees (and records) every fault. Checks register by name with `@register_check`
+(the `CHECKS` registry, entry point group `opsarena.checks`); a challenge names them in
+its milestones and may ship its own in `checks_module`.
+
+A setup is registered by name (`register_setup`), usually from a challenge's checks
+file, and named by the challenge's `setup` field. `variables(seed)` is pure: the brief's
+`{{variables}}` (the same for every territory of a match, so every competitor faces the
+same task and a replay is exact). `place(host, seed)` runs on each fresh host after it
+is provisioned and before the preflight and the agents: it writes what the arena gives
+the competitor (a CA key, a planted listener, ...) through the `Host` interface only.
+
+This module is the engine's: workloads and challenges import it, it imports neither.
 """
 
 from __future__ import annotations
@@ -13,9 +24,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
+from opsarena.referee.ledger import Ledger, Pending
+from opsarena.referee.model import Challenge, Milestone
+from opsarena.registry import Registry
 
 Outcome = Literal["passed", "failed", "referee_error"]
 FaultKind = str
@@ -79,8 +92,8 @@ class CheckContext:
     match seed, so a replay uses the same ones). `attempt` counts from 1 per territory
     and milestone (0 in a preflight). `seed` is the match seed (the workload derives
     every id and value from it); `ledger` is the territory's durability ledger
-    (`opsarena.referee.ledger.Ledger`; typed `Any` because `challenges` cannot import
-    the referee) and `pending` the update this attempt builds (`ledger.Pending`).
+    and `pending` the update this attempt builds (None outside a referee: a check then
+    works on a throw-away one).
     """
 
     challenge: Challenge
@@ -91,31 +104,25 @@ class CheckContext:
     record_value: str
     inject_fault: InjectFault = field(default=_no_faults)
     seed: bytes = b""
-    ledger: Any = None
-    pending: Any = None
+    ledger: Ledger | None = None
+    pending: Pending | None = None
 
 
 Check = Callable[[Host, CheckContext], Awaitable[Verdict]]
 
-_CHECKS: dict[str, Check] = {}
+CHECKS: Registry[Check] = Registry("check", "opsarena.checks")
+"""Every check by name (an installed package adds its own through `opsarena.checks`)."""
 
 
 def register_check(name: str) -> Callable[[Check], Check]:
-    """Decorator: register `check` under `name`. Registering a name twice is a bug."""
-
-    def register(check: Check) -> Check:
-        existing = _CHECKS.get(name)
-        if existing is not None and existing is not check:
-            raise ValueError(f"a check named {name!r} is registered already")
-        _CHECKS[name] = check
-        return check
-
-    return register
+    """Decorator: register `check` under `name`. Another check under the same name is a
+    `RegistryError`."""
+    return CHECKS.decorator(name)
 
 
 def check_names() -> list[str]:
     """Names of every registered check, sorted."""
-    return sorted(_CHECKS)
+    return CHECKS.names()
 
 
 def load_checks_module(module: str) -> None:
@@ -135,15 +142,86 @@ def unknown_checks(challenge: Challenge) -> list[str]:
         f"milestones[{index}].check: no check named {m.check!r} "
         f"(registered: {', '.join(check_names()) or 'none'})"
         for index, m in enumerate(challenge.milestones)
-        if m.check not in _CHECKS
+        if m.check not in CHECKS
     ]
 
 
 def get_check(name: str) -> Check:
     """The check registered as `name`; raises `ChallengeError` when there is none."""
-    try:
-        return _CHECKS[name]
-    except KeyError:
+    check = CHECKS.get(name)
+    if check is None:
         raise ChallengeError(
             f"no check named {name!r}; registered: {', '.join(check_names()) or 'none'}"
-        ) from None
+        )
+    return check
+
+
+async def _place_nothing(host: Host, seed: bytes) -> None:
+    return None
+
+
+def _no_variables(seed: bytes) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a challenge derives from the seed and places on each host."""
+
+    variables: Callable[[bytes], dict[str, str]] = _no_variables
+    place: Callable[[Host, bytes], Awaitable[None]] = _place_nothing
+
+
+SETUPS: Registry[Setup] = Registry("setup", "opsarena.checks")
+"""Every setup by name (registered by checks modules, so the same entry point group)."""
+
+
+def register_setup(name: str, setup: Setup) -> Setup:
+    """Register `setup` under `name`. Another setup under the same name is a
+    `RegistryError`."""
+    return SETUPS.register(name, setup)
+
+
+def setup_of(challenge: Challenge) -> Setup:
+    """The setup `challenge` names (an empty one when it names none). Raises
+    `ChallengeError` when it names one nobody registered."""
+    if challenge.setup is None:
+        return Setup()
+    setup = SETUPS.get(challenge.setup)
+    if setup is None:
+        known = ", ".join(SETUPS.names()) or "none"
+        raise ChallengeError(
+            f"{challenge.name}: setup: no setup named {challenge.setup!r} (registered: {known})"
+        )
+    return setup
+
+
+def brief_for(challenge: Challenge, seed: bytes) -> str:
+    """The brief a competitor reads in the match keyed by `seed`."""
+    return challenge.render_brief(setup_of(challenge).variables(seed))
+
+
+def agent_params(challenge: Challenge, seed: bytes) -> dict[str, object]:
+    """The challenge facts an agent's `params` carry: port, unit, the challenge's name,
+    and the brief's variables (what the brief tells every competitor anyway)."""
+    return {
+        **setup_of(challenge).variables(seed),
+        "port": challenge.port,
+        "unit": challenge.unit,
+        "challenge": challenge.name,
+    }
+
+
+def setup_problems(challenge: Challenge) -> list[str]:
+    """One line per problem with the challenge's setup and the brief's variables."""
+    try:
+        setup = setup_of(challenge)
+    except ChallengeError as exc:
+        return [str(exc).removeprefix(f"{challenge.name}: ")]
+    provided = setup.variables(b"\0" * 32)
+    return [
+        f"brief: {{{{{name}}}}} is not provided by the setup "
+        f"({challenge.setup or 'none'}: {', '.join(sorted(provided)) or 'no variables'})"
+        for name in challenge.brief_variables()
+        if name not in provided
+    ]
