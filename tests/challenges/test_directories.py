@@ -15,9 +15,9 @@ from opsarena.challenges import Verdict, builtin_challenge, find_challenge, load
 from opsarena.challenges.catalog import challenge_source, placed_files
 from opsarena.errors import ChallengeError
 from opsarena.hosts.image import DEFAULT_IMAGE, image_for, recipe_hash
-from opsarena.referee import enforce_table
 from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import REASONS, reason_problems, table_for
+from opsarena.referee.referee import enforce_table
 
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 

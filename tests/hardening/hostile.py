@@ -26,8 +26,9 @@ from typing import Any
 from opsarena.challenges import Challenge
 from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee import Referee, derive_record, enforce_table
 from opsarena.referee.contract import CheckContext, Verdict, get_check
+from opsarena.referee.records import derive_record
+from opsarena.referee.referee import Referee, enforce_table
 
 SERVER = Path(__file__).parent / "data" / "hostile_server.py"
 SERVER_PATH = "/opt/hostile_server.py"

@@ -26,15 +26,23 @@ from opsarena.errors import (
     ServiceRestartError,
     UnitMissingError,
 )
-from opsarena.referee import REASONS, Observation, ProbeError, classify_error, enforce_table
 from opsarena.referee.checks import judge_health, judge_read
-from opsarena.referee.failures import body_summary, curl_line, describe_error
+from opsarena.referee.failures import (
+    REASONS,
+    Observation,
+    body_summary,
+    classify_error,
+    curl_line,
+    describe_error,
+)
 from opsarena.referee.probe import (
     BodyTooLarge,
     ConnectionClosedEarly,
     HeadersTooLarge,
     HttpResponse,
+    ProbeError,
 )
+from opsarena.referee.referee import enforce_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "REFEREE.md"
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import collections
 
+from opsarena.ledger import LedgerSummary, Slot
 from opsarena.referee.checks import CONFIRM_MAX, CONFIRM_ROUNDS, FAULT_ROUNDS, rounds_needed
-from opsarena.referee.ledger import LedgerSummary
 from opsarena.referee.workload import (
     DECOY_STEPS,
     FAULT_AFTER_MAX,
     REQUIRED_KINDS,
     TRAFFIC_ITEMS,
-    Slot,
     TrafficPlan,
     plan_traffic,
     regenerate,

@@ -20,10 +20,10 @@ import pytest
 
 from opsarena.challenges import builtin_challenge
 from opsarena.hosts import Host
+from opsarena.ledger import Ledger, Pending, Slot, classify
 from opsarena.referee.checks import _stop, _Traffic
 from opsarena.referee.contract import CheckContext
-from opsarena.referee.ledger import Ledger, Pending, classify
-from opsarena.referee.workload import Op, Slot, Step, TrafficPlan, slot_id, slot_value
+from opsarena.referee.workload import Op, Step, TrafficPlan, slot_id, slot_value
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts

@@ -48,8 +48,8 @@ from opsarena.hosts import Host, get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import parse_data
 from opsarena.match.fold import fold_events
-from opsarena.referee import Referee
 from opsarena.referee.contract import CheckContext, Verdict, get_check, register_check
+from opsarena.referee.referee import Referee
 from opsarena.store import SqliteEventStore, StoredEvent, chain_problems
 from tests.conftest import new_match_id, podman_names
 from tests.hardening.conftest import SharedHosts

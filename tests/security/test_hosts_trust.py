@@ -25,9 +25,10 @@ import pytest
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host, kernel
-from opsarena.referee import Referee, derive_record, enforce_table
 from opsarena.referee.contract import CheckContext, Verdict, get_check
 from opsarena.referee.ownership import port_ownership_verdict
+from opsarena.referee.records import derive_record
+from opsarena.referee.referee import Referee, enforce_table
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts

@@ -78,10 +78,11 @@ from opsarena.match.events import (
 from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode, Standing, finish_reason, match_winner
-from opsarena.referee import Referee, feedback_message
 from opsarena.referee.contract import agent_params, brief_for
+from opsarena.referee.feedback import feedback_message
 from opsarena.referee.model import Challenge
 from opsarena.referee.nemesis import faults_needed, missing_faults
+from opsarena.referee.referee import Referee
 from opsarena.store import EventStore, chain_problems, content_digest, encode_event_data
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ Registered as `health`, `write-read`, `restart-durability`, `reboot-durability` 
 (`ctx.pending`); a fault lands at a seeded moment inside seeded traffic
 (`opsarena.referee.workload.plan_traffic`: nothing tells a service whether or when one
 comes); after every fault the whole ledger is re-read (bounded, see
-`opsarena.referee.ledger`). Every way an attempt can end is a `Verdict` whose
+`opsarena.ledger`). Every way an attempt can end is a `Verdict` whose
 failure_reason is a row of `opsarena.referee.failures.REASONS`.
 """
 
@@ -23,6 +23,16 @@ from typing import Any, TypeVar
 
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.ledger import (
+    UNWRITTEN_AFTER_FAULT,
+    Entry,
+    Ledger,
+    LedgerSummary,
+    Outcome,
+    Pending,
+    Slot,
+    classify,
+)
 from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.failures import (
     REASONS,
@@ -32,22 +42,12 @@ from opsarena.referee.failures import (
     curl_line,
     describe_error,
 )
-from opsarena.referee.ledger import (
-    UNWRITTEN_AFTER_FAULT,
-    Entry,
-    Ledger,
-    LedgerSummary,
-    Outcome,
-    Pending,
-    classify,
-)
 from opsarena.referee.nemesis import Fault, get_fault, milestone_fault
 from opsarena.referee.ownership import port_ownership_verdict
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
 from opsarena.referee.workload import (
     Op,
     Record,
-    Slot,
     TrafficPlan,
     first_difference,
     plan_attempt,

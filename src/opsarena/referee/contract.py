@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
-from opsarena.referee.ledger import Ledger, Pending
+from opsarena.ledger import Ledger, Pending
 from opsarena.referee.model import Challenge, Milestone
 from opsarena.registry import Registry
 

@@ -5,7 +5,7 @@ in order; the territories run concurrently, so a reboot in one never delays anot
 passed milestone stays passed with its evidence. Every attempt is reported through
 `emit` as `attempt_started` then `attempt_result` (plus `milestone_passed`,
 `fault_injected`, `host_state` and `ledger_update` as they happen), in the match's event
-vocabulary. Each territory keeps a durability ledger (`opsarena.referee.ledger`) that
+vocabulary. Each territory keeps a durability ledger (`opsarena.ledger`) that
 changes only through the `ledger_update` it emits, so it can be rebuilt from the log
 (`restore_ledger`). A fault milestone failing again and again backs off (`retry_delay`).
 
@@ -29,6 +29,7 @@ from typing import Any
 
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
 from opsarena.referee.contract import (
     Check,
     CheckContext,
@@ -38,7 +39,6 @@ from opsarena.referee.contract import (
     load_checks_module,
 )
 from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
-from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
 from opsarena.referee.model import Challenge, Milestone
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
 from opsarena.referee.records import derive_record

@@ -35,9 +35,9 @@ from opsarena.challenges.catalog import find_challenge
 from opsarena.errors import OpsArenaError, PreflightError
 from opsarena.hosts import Host
 from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment, SampleSeed
-from opsarena.referee import Referee
 from opsarena.referee.contract import brief_for
 from opsarena.referee.model import VARIABLE_PATTERN, Challenge
+from opsarena.referee.referee import Referee
 
 TERRITORY = "default"
 SETTLE_POLL_S = 0.1

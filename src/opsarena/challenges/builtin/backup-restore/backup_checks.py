@@ -28,6 +28,7 @@ from typing import Any
 
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.ledger import Slot
 from opsarena.referee.checks import (
     Decided,
     error_verdict,
@@ -43,7 +44,7 @@ from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import milestone_fault_object
 from opsarena.referee.ownership import port_ownership_verdict
-from opsarena.referee.workload import Record, Slot, make_record
+from opsarena.referee.workload import Record, make_record
 
 RPO_S = 10.0
 WRITE_S = 13.0

@@ -25,6 +25,7 @@ from typing import Any
 
 from opsarena.errors import ChallengeError, HostError
 from opsarena.hosts import Host
+from opsarena.ledger import Slot
 from opsarena.referee.checks import (
     Decided,
     error_verdict,
@@ -38,7 +39,7 @@ from opsarena.referee.checks import (
 from opsarena.referee.contract import CheckContext, Setup, Verdict, register_check, register_setup
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.ownership import judge_port_ownership
-from opsarena.referee.workload import Slot, slot_id, slot_value
+from opsarena.referee.workload import slot_id, slot_value
 
 SETUP_NAME = "incident-repair"
 SEEDED_MILESTONE = "seeded"

@@ -25,6 +25,7 @@ from typing import Any
 
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.ledger import Slot
 from opsarena.referee.checks import (
     Decided,
     error_verdict,
@@ -40,7 +41,7 @@ from opsarena.referee.contract import CheckContext, Setup, Verdict, register_che
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import Fault, FaultRun
 from opsarena.referee.probe import ProbeError, http_request
-from opsarena.referee.workload import Slot, slot_id, slot_value
+from opsarena.referee.workload import slot_id, slot_value
 
 RELEASES_DIR = "/opt/releases"
 DEPLOY_COMMAND = "/usr/local/bin/deploy-release"
