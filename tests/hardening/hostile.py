@@ -27,7 +27,6 @@ from opsarena.challenges import Challenge
 from opsarena.errors import HostError
 from opsarena.hosts import Host
 from opsarena.referee.contract import CheckContext, Verdict, get_check
-from opsarena.referee.records import derive_record
 from opsarena.referee.referee import Referee, enforce_table
 
 SERVER = Path(__file__).parent / "data" / "hostile_server.py"
@@ -97,14 +96,12 @@ async def run_check(
     (a fresh record, the milestone's own limits, the failure table enforced), without
     faults. An exception from the check propagates: that is a referee crash."""
     milestone = challenge.milestone(milestone_id)
-    record_id, record_value = derive_record(SEED, host.territory, milestone_id, attempt)
     ctx = CheckContext(
         challenge=challenge,
         milestone=milestone,
         territory=host.territory,
         attempt=attempt,
-        record_id=record_id,
-        record_value=record_value,
+        seed=SEED,
     )
     return enforce_table(await get_check(milestone.check)(host, ctx))
 

@@ -17,7 +17,7 @@ from opsarena.ledger import (
     classify,
 )
 from opsarena.referee.referee import BACKOFF_CAP_S, retry_delay
-from opsarena.referee.workload import (
+from opsarena.workloads.records.workload import (
     LARGE_BYTES,
     first_difference,
     plan_attempt,

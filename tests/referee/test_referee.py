@@ -15,8 +15,8 @@ from opsarena.challenges import Challenge
 from opsarena.hosts import Host, HostDriver
 from opsarena.ledger import LedgerUpdate
 from opsarena.referee.feedback import feedback_message
-from opsarena.referee.records import derive_record
-from opsarena.referee.workload import plan_traffic
+from opsarena.workloads.records.derive import derive_record
+from opsarena.workloads.records.workload import plan_traffic
 from tests.conftest import HostFactory
 from tests.referee.conftest import EventLog, make_referee
 

@@ -1,4 +1,4 @@
-"""The fault rounds' traffic generator (`opsarena.referee.workload.plan_traffic`): pure,
+"""The fault rounds' traffic generator (`opsarena.workloads.records.workload.plan_traffic`): pure,
 seeded, and with nothing fixed about where the fault comes or what comes before it."""
 
 from __future__ import annotations
@@ -6,8 +6,13 @@ from __future__ import annotations
 import collections
 
 from opsarena.ledger import LedgerSummary, Slot
-from opsarena.referee.checks import CONFIRM_MAX, CONFIRM_ROUNDS, FAULT_ROUNDS, rounds_needed
-from opsarena.referee.workload import (
+from opsarena.workloads.records.checks import (
+    CONFIRM_MAX,
+    CONFIRM_ROUNDS,
+    FAULT_ROUNDS,
+    rounds_needed,
+)
+from opsarena.workloads.records.workload import (
     DECOY_STEPS,
     FAULT_AFTER_MAX,
     REQUIRED_KINDS,

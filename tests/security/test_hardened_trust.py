@@ -80,7 +80,6 @@ def context(milestone: str) -> CheckContext:
     found = next(m for m in CHALLENGE.milestones if m.id == milestone)
     return CheckContext(
         challenge=CHALLENGE, milestone=found, territory="redteam", attempt=1,
-        record_id="r", record_value="v",
     )  # fmt: skip
 
 

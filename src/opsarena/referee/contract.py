@@ -88,10 +88,9 @@ async def _no_faults(kind: FaultKind) -> int:
 class CheckContext:
     """What a check knows about the attempt it judges.
 
-    `record_id` and `record_value` are this attempt's fresh record (derived from the
-    match seed, so a replay uses the same ones). `attempt` counts from 1 per territory
-    and milestone (0 in a preflight). `seed` is the match seed (the workload derives
-    every id and value from it); `ledger` is the territory's durability ledger
+    `attempt` counts from 1 per territory and milestone (0 in a preflight). `seed` is
+    the match seed (a workload derives every id and value from it, so a replay uses the
+    same ones); `ledger` is the territory's durability ledger
     and `pending` the update this attempt builds (None outside a referee: a check then
     works on a throw-away one).
     """
@@ -100,8 +99,6 @@ class CheckContext:
     milestone: Milestone
     territory: str
     attempt: int
-    record_id: str
-    record_value: str
     inject_fault: InjectFault = field(default=_no_faults)
     seed: bytes = b""
     ledger: Ledger | None = None
@@ -114,10 +111,26 @@ CHECKS: Registry[Check] = Registry("check", "opsarena.checks")
 """Every check by name (an installed package adds its own through `opsarena.checks`)."""
 
 
-def register_check(name: str) -> Callable[[Check], Check]:
-    """Decorator: register `check` under `name`. Another check under the same name is a
-    `RegistryError`."""
-    return CHECKS.decorator(name)
+DEFAULT_FAULTS: Registry[str] = Registry("check's default fault", "opsarena.checks")
+"""The fault a check injects when its milestone names none (`fault`), by check name."""
+
+
+def register_check(name: str, *, fault: str | None = None) -> Callable[[Check], Check]:
+    """Decorator: register `check` under `name`; `fault` is the registered fault
+    (`opsarena.referee.nemesis`) it injects when its milestone names none. Another
+    check under the same name is a `RegistryError`."""
+
+    def register(check: Check) -> Check:
+        if fault is not None:
+            DEFAULT_FAULTS.register(name, fault)
+        return CHECKS.register(name, check)
+
+    return register
+
+
+def default_fault(check: str) -> str | None:
+    """The fault the check `check` injects when its milestone names none, if any."""
+    return DEFAULT_FAULTS.get(check)
 
 
 def check_names() -> list[str]:
@@ -125,9 +138,11 @@ def check_names() -> list[str]:
     return CHECKS.names()
 
 
-def load_checks_module(module: str) -> None:
-    """Import `module` so its checks register. Raises `ChallengeError` if it cannot be
-    imported."""
+def load_checks_module(module: str | None) -> None:
+    """Import `module` (when one is named) so its checks register. Raises
+    `ChallengeError` if it cannot be imported."""
+    if module is None:
+        return
     try:
         importlib.import_module(module)
     except ImportError as exc:

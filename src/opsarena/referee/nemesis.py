@@ -20,10 +20,8 @@ from typing import ClassVar
 
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host
+from opsarena.referee.contract import default_fault
 from opsarena.referee.model import Challenge, Milestone
-
-CHECK_FAULTS = {"restart-durability": "restart", "reboot-durability": "reboot"}
-"""The fault each built-in durability check injects when its milestone names none."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,9 @@ def milestone_fault_object(milestone: Milestone) -> Fault:
 
 
 def milestone_fault(check: str, fault: str | None) -> str | None:
-    """The fault a milestone injects: its own `fault`, else its check's default."""
-    return fault if fault is not None else CHECK_FAULTS.get(check)
+    """The fault a milestone injects: its own `fault`, else the default its check
+    declared where it registered (`register_check(name, fault=...)`)."""
+    return fault if fault is not None else default_fault(check)
 
 
 def faults_needed(challenge: Challenge) -> list[str]:

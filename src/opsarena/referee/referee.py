@@ -41,7 +41,6 @@ from opsarena.referee.contract import (
 from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
 from opsarena.referee.model import Challenge, Milestone
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
-from opsarena.referee.records import derive_record
 from opsarena.text import escape_unencodable, storable
 
 log = logging.getLogger(__name__)
@@ -571,7 +570,6 @@ class Referee:
         pending: Pending | None = None,
     ) -> Verdict:
         state = self._state(territory)
-        record_id, record_value = derive_record(self.seed, territory, milestone.id, attempt)
 
         async def inject_fault(kind: FaultKind) -> int:
             if not faults:
@@ -583,8 +581,6 @@ class Referee:
             milestone=milestone,
             territory=territory,
             attempt=attempt,
-            record_id=record_id,
-            record_value=record_value,
             inject_fault=inject_fault,
             seed=self.seed,
             # A preflight works on a throw-away ledger: nothing it wrote is ever judged.

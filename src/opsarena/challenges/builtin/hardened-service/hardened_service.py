@@ -29,7 +29,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
+import opsarena.workloads.records.checks  # noqa: F401  (registers the records checks used below)
 from opsarena.errors import HostError, HostFactsTooLargeError
 from opsarena.hosts import Host
 from opsarena.hosts.kernel import SCAN_LIMIT

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from opsarena.ledger import Slot
-from opsarena.referee.records import derive_record
+from opsarena.workloads.records.derive import derive_record
 
 LARGE_BYTES = 1024 * 1024
 """The brief promises values "up to at least 1 MiB"."""
