@@ -90,9 +90,8 @@ class CheckContext:
 
     `attempt` counts from 1 per territory and milestone (0 in a preflight). `seed` is
     the match seed (a workload derives every id and value from it, so a replay uses the
-    same ones); `ledger` is the territory's durability ledger
-    and `pending` the update this attempt builds (None outside a referee: a check then
-    works on a throw-away one).
+    same ones); `ledger` is the territory's durability ledger and `pending` the update
+    this attempt builds (None outside a referee: a check then works on a throw-away one).
     """
 
     challenge: Challenge
@@ -121,9 +120,10 @@ def register_check(name: str, *, fault: str | None = None) -> Callable[[Check], 
     check under the same name is a `RegistryError`."""
 
     def register(check: Check) -> Check:
+        CHECKS.register(name, check)
         if fault is not None:
             DEFAULT_FAULTS.register(name, fault)
-        return CHECKS.register(name, check)
+        return check
 
     return register
 
