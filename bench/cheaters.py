@@ -25,7 +25,7 @@ from typing import Any
 from opsarena.challenges import builtin_challenge
 from opsarena.challenges.catalog import place_challenge
 from opsarena.hosts import DEFAULT_IMAGE, HostSpec, get_driver
-from opsarena.referee import Referee
+from opsarena.referee.referee import Referee
 
 ROOT = Path(__file__).resolve().parent.parent
 CHEATER = ROOT / "tests" / "security" / "data" / "cheater_server.py"

@@ -38,7 +38,7 @@ from opsarena.agents.scripted import get_scripted
 from opsarena.agents.throttle import DEFAULT_CONCURRENCY, DEFAULT_RATE_PER_S, ThrottledHost
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostSpec, get_driver
-from opsarena.referee import Referee
+from opsarena.referee.referee import Referee
 
 STORM = """#!/bin/bash
 for i in $(seq {width}); do

@@ -47,7 +47,9 @@ from tests.hardening.test_hostile_competitors import FORK_BOMB, MEMORY_HOG, TMP_
 
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import DEFAULT_IMAGE, HostDriver, HostSpec, get_driver
-from opsarena.referee import ProbeError, ProbeLimits, Referee, classify_error, http_request
+from opsarena.referee.failures import classify_error
+from opsarena.referee.probe import ProbeError, ProbeLimits, http_request
+from opsarena.referee.referee import Referee
 
 ATTACKS: dict[str, tuple[str, dict[str, int]]] = {
     "fork bomb": (FORK_BOMB, {"pids_limit": 512}),

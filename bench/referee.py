@@ -35,10 +35,10 @@ from opsarena.agents.base import AgentContext
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.challenges.catalog import place_challenge
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.hosts import DEFAULT_IMAGE, FAULT_POWER_CUT, Host, HostSpec, get_driver
-from opsarena.referee import Referee
+from opsarena.referee.contract import agent_params, brief_for
 from opsarena.referee.nemesis import faults_needed
+from opsarena.referee.referee import Referee
 
 WRITE_READ_REQUESTS = 18 + 15 + 1
 """One write-read attempt's contract: 18 PUTs, 15 GETs of written ids, 1 GET of an

@@ -24,10 +24,10 @@ from opsarena.agents.base import AgentContext
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.challenges.catalog import place_challenge
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.hosts import HostSpec, get_driver
 from opsarena.hosts.image import image_for
-from opsarena.referee import Referee
+from opsarena.referee.contract import agent_params, brief_for
+from opsarena.referee.referee import Referee
 
 
 async def one_run(challenge: Challenge) -> dict[str, Any]:

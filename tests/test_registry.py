@@ -54,7 +54,7 @@ def test_every_registry_refuses_another_thing_under_a_taken_name() -> None:
 
 def test_a_fault_on_the_host_method_of_an_offered_one_is_offered_too() -> None:
     from opsarena.challenges import builtin_challenge
-    from opsarena.challenges.model import Milestone
+    from opsarena.referee.model import Milestone
     from opsarena.referee.nemesis import CrashFault, missing_faults, offered_faults
 
     @register_fault_once

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from opsarena.agents.base import AgentContext
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges.catalog import place_challenge
-from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.hosts import Host
-from opsarena.referee import Referee
+from opsarena.referee.contract import agent_params, brief_for
+from opsarena.referee.model import Challenge
+from opsarena.referee.referee import Referee
 from tests.referee.conftest import EventLog, make_referee
 
 PASS = "passed"

@@ -8,9 +8,9 @@ from types import ModuleType
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import brief_for
+from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import table_for
+from opsarena.referee.model import Challenge
 from opsarena.referee.nemesis import missing_faults
 from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory

@@ -109,7 +109,9 @@ def test_other_invalid_files(tmp_path: Path) -> None:
     doubled = BUILTIN.read_text().replace('id = "write-read"', 'id = "service-up"')
     with pytest.raises(ChallengeError, match="appears twice"):
         load_challenge(write(tmp_path, doubled))
-    module = BUILTIN.read_text().replace("opsarena.referee.checks", "opsarena.no_such_module")
+    module = BUILTIN.read_text().replace(
+        "opsarena.workloads.records.checks", "opsarena.no_such_module"
+    )
     with pytest.raises(ChallengeError, match="checks_module"):
         load_challenge(write(tmp_path, module))
     with pytest.raises(ChallengeError, match="no built-in challenge"):
@@ -146,3 +148,22 @@ def test_cli_ls_show_validate(tmp_path: Path) -> None:
     unknown = opsarena("challenges", "show", "nope")
     assert unknown.returncode == 2
     assert len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_without_checks_module_uses_the_records_workload(tmp_path: Path) -> None:
+    text = BUILTIN.read_text().replace('checks_module = "opsarena.workloads.records.checks"\n', "")
+    assert "checks_module" not in text
+    challenge = load_challenge(write(tmp_path, text))
+    assert challenge.checks_module == "opsarena.workloads.records.checks"
+    assert "write-read" in {m.check for m in challenge.milestones}
+
+
+def test_a_file_naming_the_old_checks_module_still_loads(tmp_path: Path) -> None:
+    """Before issue 24 the records checks lived in `opsarena.referee.checks`, which
+    third-party files name: the module still imports and the checks are found."""
+    text = BUILTIN.read_text().replace(
+        "opsarena.workloads.records.checks", "opsarena.referee.checks"
+    )
+    challenge = load_challenge(write(tmp_path, text))
+    assert challenge.checks_module == "opsarena.referee.checks"
+    assert {m.check for m in challenge.milestones} <= set(check_names())

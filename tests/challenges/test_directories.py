@@ -13,11 +13,11 @@ import pytest
 
 from opsarena.challenges import Verdict, builtin_challenge, find_challenge, load_challenge
 from opsarena.challenges.catalog import challenge_source, placed_files
-from opsarena.challenges.setup import brief_for
 from opsarena.errors import ChallengeError
 from opsarena.hosts.image import DEFAULT_IMAGE, image_for, recipe_hash
-from opsarena.referee import enforce_table
+from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import REASONS, reason_problems, table_for
+from opsarena.referee.referee import enforce_table
 
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 
@@ -52,7 +52,7 @@ CHECKS = '''
 """Checks of a challenge authored outside the package."""
 import hashlib
 from opsarena.challenges import Verdict, register_check
-from opsarena.challenges.setup import Setup, register_setup
+from opsarena.referee.contract import Setup, register_setup
 
 
 def variables(seed: bytes) -> dict[str, str]:

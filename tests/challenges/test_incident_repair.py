@@ -12,7 +12,7 @@ import pytest
 from opsarena.agents.scripted.incident import repair_script
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.challenges.catalog import import_checks_file
-from opsarena.challenges.setup import brief_for
+from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import table_for
 from tests.challenges.calibration import PASS, calibrate
 from tests.conftest import HostFactory

@@ -6,7 +6,7 @@ import pytest
 from cryptography import x509
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.setup import agent_params, brief_for
+from opsarena.referee.contract import agent_params, brief_for
 from opsarena.referee.failures import table_for
 from opsarena.referee.probe import HttpResponse
 from tests.challenges.calibration import PASS, calibrate

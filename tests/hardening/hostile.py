@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from opsarena.challenges import Challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee import Referee, derive_record, enforce_table
+from opsarena.referee.contract import CheckContext, Verdict, get_check
+from opsarena.referee.referee import Referee, enforce_table
 
 SERVER = Path(__file__).parent / "data" / "hostile_server.py"
 SERVER_PATH = "/opt/hostile_server.py"
@@ -96,14 +96,12 @@ async def run_check(
     (a fresh record, the milestone's own limits, the failure table enforced), without
     faults. An exception from the check propagates: that is a referee crash."""
     milestone = challenge.milestone(milestone_id)
-    record_id, record_value = derive_record(SEED, host.territory, milestone_id, attempt)
     ctx = CheckContext(
         challenge=challenge,
         milestone=milestone,
         territory=host.territory,
         attempt=attempt,
-        record_id=record_id,
-        record_value=record_value,
+        seed=SEED,
     )
     return enforce_table(await get_check(milestone.check)(host, ctx))
 

@@ -14,7 +14,7 @@ import pytest
 
 from opsarena.errors import HostDownError
 from opsarena.hosts import Host
-from opsarena.referee import classify_error
+from opsarena.referee.failures import classify_error
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts

@@ -16,14 +16,9 @@ import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import Host
-from opsarena.referee import (
-    REASONS,
-    ProbeError,
-    ProbeLimits,
-    Referee,
-    classify_error,
-    http_request,
-)
+from opsarena.referee.failures import REASONS, classify_error
+from opsarena.referee.probe import ProbeError, ProbeLimits, http_request
+from opsarena.referee.referee import Referee
 from tests.hardening.conftest import SharedHosts
 from tests.hardening.hostile import (
     CASES,

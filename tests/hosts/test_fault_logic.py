@@ -13,7 +13,7 @@ from opsarena.hosts import kernel
 from opsarena.hosts.crash import gone, unit_name
 from opsarena.hosts.diskserver import BLOCK, WriteCache
 from opsarena.hosts.kernel import Proc
-from opsarena.referee import classify_error
+from opsarena.referee.failures import classify_error
 
 
 @pytest.mark.parametrize(

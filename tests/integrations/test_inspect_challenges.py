@@ -22,8 +22,6 @@ from inspect_ai.scorer import Score
 from inspect_ai.solver import TaskState
 
 from opsarena.challenges.catalog import builtin_names, place_challenge
-from opsarena.challenges.model import Challenge
-from opsarena.challenges.setup import brief_for
 from opsarena.hosts import ExecResult, Host
 from opsarena.integrations.inspect.sandbox import (
     OpsarenaSandboxConfig,
@@ -33,6 +31,8 @@ from opsarena.integrations.inspect.sandbox import (
 from opsarena.integrations.inspect.scorer import prepare_sample, sample_input, score_sample
 from opsarena.integrations.inspect.tasks import challenge_task
 from opsarena.match.commitment import reveal_problem
+from opsarena.referee.contract import brief_for
+from opsarena.referee.model import Challenge
 from tests.conftest import new_match_id
 from tests.integrations.conftest import TEST_IMAGE, sweep
 

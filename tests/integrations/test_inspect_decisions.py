@@ -271,8 +271,8 @@ def test_a_power_cut_disk_only_for_a_challenge_that_cuts_the_power() -> None:
 def test_a_plug_in_fault_that_needs_a_power_cut_disk_gets_one() -> None:
     """The sandbox asks the fault registry, as the controller does, never a fault's name."""
     from opsarena.challenges.catalog import builtin_challenge
-    from opsarena.challenges.model import Milestone
     from opsarena.integrations.inspect.sandbox import needs_power_cut
+    from opsarena.referee.model import Milestone
     from tests.faults import BROWNOUT
 
     challenge = builtin_challenge("durable-records")

@@ -40,9 +40,9 @@ from opsarena.agents.scripted.deploy import (
     tls_server_args,
 )
 from opsarena.challenges.catalog import builtin_challenge
-from opsarena.challenges.setup import brief_for
 from opsarena.integrations.inspect.scorer import sample_input
 from opsarena.match.commitment import reveal_problem
+from opsarena.referee.contract import brief_for
 from tests.integrations.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.hosts

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.referee import Referee
+from opsarena.referee.referee import Referee
 
 
 @dataclass

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from opsarena.challenges import Challenge
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.hosts import Host
 from opsarena.match.events import parse_data
-from opsarena.referee import Referee
+from opsarena.referee.contract import CheckContext, Verdict, register_check
+from opsarena.referee.referee import Referee
 from opsarena.store import MAX_EVENT_BYTES, SqliteEventStore, StoredEvent, chain_problems
 from tests.referee.test_stray_cancel import one_milestone  # registers test-hang too
 

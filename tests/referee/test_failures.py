@@ -21,20 +21,32 @@ from opsarena.errors import (
     HostNotFoundError,
     HostUnavailableError,
     PathMissingError,
+    RegistryError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
 )
-from opsarena.referee import REASONS, Observation, ProbeError, classify_error, enforce_table
-from opsarena.referee.checks import judge_health, judge_read
-from opsarena.referee.failures import body_summary, curl_line, describe_error
+from opsarena.referee.checks import judge_health
+from opsarena.referee.failures import (
+    REASONS,
+    Observation,
+    Reason,
+    body_summary,
+    classify_error,
+    curl_line,
+    describe_error,
+    register_reasons,
+)
 from opsarena.referee.probe import (
     BodyTooLarge,
     ConnectionClosedEarly,
     HeadersTooLarge,
     HttpResponse,
+    ProbeError,
 )
+from opsarena.referee.referee import enforce_table
+from opsarena.workloads.records.checks import judge_read
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "REFEREE.md"
 
@@ -191,3 +203,11 @@ def test_enforce_table_keeps_verdicts_honest() -> None:
     assert misfiled.outcome == "referee_error"
     reversed_ = enforce_table(Verdict.referee_error("record_missing", "d"))
     assert reversed_.failure_reason == "internal_error"
+
+
+def test_a_workload_cannot_redefine_a_reason_of_the_table() -> None:
+    with pytest.raises(RegistryError, match="record_missing"):
+        register_reasons([Reason("record_missing", "verification_failed", "something else")])
+    same = REASONS["record_missing"]
+    assert register_reasons([same]) == {"record_missing": same}
+    assert REASONS["record_missing"] is same

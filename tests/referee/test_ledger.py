@@ -6,19 +6,19 @@ import hashlib
 
 import pytest
 
-from opsarena.referee.ledger import (
+from opsarena.ledger import (
     REREAD_MAX_BYTES,
     REREAD_MAX_RECORDS,
     Entry,
     Ledger,
     LedgerUpdate,
     Pending,
+    Slot,
     classify,
 )
 from opsarena.referee.referee import BACKOFF_CAP_S, retry_delay
-from opsarena.referee.workload import (
+from opsarena.workloads.records.workload import (
     LARGE_BYTES,
-    Slot,
     first_difference,
     plan_attempt,
     regenerate,

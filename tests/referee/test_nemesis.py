@@ -12,10 +12,10 @@ import pytest
 from opsarena import hosts
 from opsarena.agents.competitors import competitor_from_cli
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.model import Milestone
 from opsarena.errors import MatchError
 from opsarena.hosts import get_driver
 from opsarena.match.controller import Controller, MatchPlan
+from opsarena.referee.model import Milestone
 from opsarena.referee.nemesis import (
     fault_names,
     faults_needed,

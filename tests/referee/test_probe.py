@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from opsarena.hosts import Host
-from opsarena.referee import ProbeError, ProbeLimits, classify_error, http_request
+from opsarena.referee.failures import classify_error
+from opsarena.referee.probe import ProbeError, ProbeLimits, http_request
 from tests.conftest import HostFactory
 
 PORT = 8081

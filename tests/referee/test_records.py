@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opsarena.referee import derive_record
+from opsarena.workloads.records.derive import derive_record
 
 ID_RE = re.compile(r"^record-[0-9a-f]{16}$")
 VALUE_RE = re.compile(r"^opaque-[0-9a-f]{32}$")

@@ -13,9 +13,10 @@ from opsarena.agents.base import AgentContext
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge
 from opsarena.hosts import Host, HostDriver
-from opsarena.referee import derive_record, feedback_message
-from opsarena.referee.ledger import LedgerUpdate
-from opsarena.referee.workload import plan_traffic
+from opsarena.ledger import LedgerUpdate
+from opsarena.referee.feedback import feedback_message
+from opsarena.workloads.records.derive import derive_record
+from opsarena.workloads.records.workload import plan_traffic
 from tests.conftest import HostFactory
 from tests.referee.conftest import EventLog, make_referee
 

@@ -13,8 +13,8 @@ import asyncio
 import pytest
 
 from opsarena.challenges import Challenge
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.hosts import Host
+from opsarena.referee.contract import CheckContext, Verdict, register_check
 from tests.referee.conftest import EventLog, make_referee
 
 CALLS: list[int] = []

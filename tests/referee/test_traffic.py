@@ -1,18 +1,22 @@
-"""The fault rounds' traffic generator (`opsarena.referee.workload.plan_traffic`): pure,
+"""The fault rounds' traffic generator (`opsarena.workloads.records.workload.plan_traffic`): pure,
 seeded, and with nothing fixed about where the fault comes or what comes before it."""
 
 from __future__ import annotations
 
 import collections
 
-from opsarena.referee.checks import CONFIRM_MAX, CONFIRM_ROUNDS, FAULT_ROUNDS, rounds_needed
-from opsarena.referee.ledger import LedgerSummary
-from opsarena.referee.workload import (
+from opsarena.ledger import LedgerSummary, Slot
+from opsarena.workloads.records.checks import (
+    CONFIRM_MAX,
+    CONFIRM_ROUNDS,
+    FAULT_ROUNDS,
+    rounds_needed,
+)
+from opsarena.workloads.records.workload import (
     DECOY_STEPS,
     FAULT_AFTER_MAX,
     REQUIRED_KINDS,
     TRAFFIC_ITEMS,
-    Slot,
     TrafficPlan,
     plan_traffic,
     regenerate,

@@ -19,11 +19,11 @@ import time
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.checks import CheckContext
 from opsarena.hosts import Host
-from opsarena.referee.checks import _stop, _Traffic
-from opsarena.referee.ledger import Ledger, Pending, classify
-from opsarena.referee.workload import Op, Slot, Step, TrafficPlan, slot_id, slot_value
+from opsarena.ledger import Ledger, Pending, Slot, classify
+from opsarena.referee.contract import CheckContext
+from opsarena.workloads.records.checks import _stop, _Traffic
+from opsarena.workloads.records.workload import Op, Step, TrafficPlan, slot_id, slot_value
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts
@@ -99,7 +99,7 @@ async def test_a_put_cut_off_by_the_end_of_the_round_is_written_without_an_answe
     pending = Pending("t", milestone.id, 1, ledger)
     ctx = CheckContext(
         challenge=challenge, milestone=milestone, territory="t", attempt=1,
-        record_id="r", record_value="v", seed=SEED, ledger=ledger, pending=pending,
+        seed=SEED, ledger=ledger, pending=pending,
     )  # fmt: skip
     first, second = (Slot("t", milestone.id, 1, f"overwrite-{n}@round-1") for n in (1, 2))
     record_id = slot_id(SEED, first)

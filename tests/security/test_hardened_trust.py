@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.hosts import Host
+from opsarena.referee.contract import CheckContext, Verdict, get_check
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts
@@ -80,7 +80,6 @@ def context(milestone: str) -> CheckContext:
     found = next(m for m in CHALLENGE.milestones if m.id == milestone)
     return CheckContext(
         challenge=CHALLENGE, milestone=found, territory="redteam", attempt=1,
-        record_id="r", record_value="v",
     )  # fmt: skip
 
 

@@ -44,12 +44,12 @@ from opsarena.agents.competitors import competitor_from_cli
 from opsarena.agents.registry import register_agent_kind
 from opsarena.agents.scripted import get_scripted
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
 from opsarena.hosts import Host, get_driver
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.events import parse_data
 from opsarena.match.fold import fold_events
-from opsarena.referee import Referee
+from opsarena.referee.contract import CheckContext, Verdict, get_check, register_check
+from opsarena.referee.referee import Referee
 from opsarena.store import SqliteEventStore, StoredEvent, chain_problems
 from tests.conftest import new_match_id, podman_names
 from tests.hardening.conftest import SharedHosts

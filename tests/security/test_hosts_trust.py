@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
-from opsarena.challenges.checks import CheckContext, Verdict, get_check
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host, kernel
-from opsarena.referee import Referee, derive_record, enforce_table
+from opsarena.referee.contract import CheckContext, Verdict, get_check
 from opsarena.referee.ownership import port_ownership_verdict
+from opsarena.referee.referee import Referee, enforce_table
 from tests.conftest import HostFactory
 
 pytestmark = pytest.mark.hosts
@@ -234,7 +234,6 @@ async def test_a_decoy_started_after_service_up_fails_service_restart(
     await sh(host, f"systemd-run --unit decoy {IN_MEMORY}")
     await wait_listening(host)
     restart_check = challenge().milestone("service-restart")
-    record_id, value = derive_record(SEED, host.territory, restart_check.id, 1)
 
     async def inject(kind: str) -> int:
         await host.restart_service(UNIT, timeout=30)
@@ -242,7 +241,7 @@ async def test_a_decoy_started_after_service_up_fails_service_restart(
 
     ctx = CheckContext(
         challenge=challenge(), milestone=restart_check, territory=host.territory, attempt=1,
-        record_id=record_id, record_value=value, inject_fault=inject,  # type: ignore[arg-type]
+        seed=SEED, inject_fault=inject,  # type: ignore[arg-type]
     )  # fmt: skip
     verdict = enforce_table(await get_check(restart_check.check)(host, ctx))
     assert (verdict.outcome, verdict.failure_reason) == ("failed", "port_not_owned_by_unit")
@@ -423,8 +422,6 @@ async def test_a_server_hidden_outside_the_unit_over_a_restart_is_not_new(
         milestone=challenge().milestone("service-restart"),
         territory=host.territory,
         attempt=1,
-        record_id="r",
-        record_value="v",
     )
     verdict = await port_ownership_verdict(host, ctx, step="after the restart", since=since)
     assert verdict is not None and verdict.failure_reason == "port_not_owned_by_unit"

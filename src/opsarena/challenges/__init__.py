@@ -1,4 +1,5 @@
-"""Challenges: the file format, the built-in challenges, and the check registry."""
+"""Challenges: the file format's loader, the built-in challenges, and (re-exported for
+challenge authors) the engine's check contract (`opsarena.referee.contract`)."""
 
 from opsarena.challenges.catalog import (
     builtin_challenge,
@@ -7,19 +8,21 @@ from opsarena.challenges.catalog import (
     load_challenge,
     parse_challenge,
 )
-from opsarena.challenges.checks import (
+from opsarena.referee.contract import (
     REFEREE_ERROR,
     VERIFICATION_FAILED,
     Check,
     CheckContext,
     FaultKind,
+    Setup,
     Verdict,
     check_names,
     get_check,
     register_check,
+    register_setup,
     unknown_checks,
 )
-from opsarena.challenges.model import Challenge, Milestone
+from opsarena.referee.model import Challenge, Milestone
 
 __all__ = [
     "REFEREE_ERROR",
@@ -29,6 +32,7 @@ __all__ = [
     "CheckContext",
     "FaultKind",
     "Milestone",
+    "Setup",
     "Verdict",
     "builtin_challenge",
     "builtin_names",
@@ -38,5 +42,6 @@ __all__ = [
     "load_challenge",
     "parse_challenge",
     "register_check",
+    "register_setup",
     "unknown_checks",
 ]

@@ -32,17 +32,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from opsarena.challenges.checks import check_names, load_checks_module, unknown_checks
-from opsarena.challenges.model import (
-    BUILTIN_CHECKS_MODULE,
-    MODULE_PATTERN,
-    Challenge,
-    is_valid_name,
-)
-from opsarena.challenges.setup import setup_of, setup_problems
 from opsarena.errors import ChallengeError
 from opsarena.hosts import Host
+from opsarena.referee.contract import (
+    check_names,
+    load_checks_module,
+    setup_of,
+    setup_problems,
+    unknown_checks,
+)
+from opsarena.referee.model import MODULE_PATTERN, Challenge, is_valid_name
 from opsarena.registry import Registry
+from opsarena.workloads.records import checks as records_checks
 
 MAX_FILE_BYTES = 1024 * 1024
 """A challenge file larger than this is refused."""
@@ -50,6 +51,12 @@ CHALLENGE_FILE = "challenge.toml"
 FILES_DIR = "files"
 MAX_PLACED_BYTES = 16 * 1024 * 1024
 """All of a challenge's `files/` together may hold at most this many bytes."""
+RECORDS_CHECKS_MODULE = records_checks.__name__
+"""The checks a challenge file uses when it names neither `checks_module` nor
+`checks_file`: the records workload's (`health`, `write-read`, the durability checks),
+what such a file has always meant. The loader imports it, so its checks are registered
+for every challenge (a file still naming their old module, `opsarena.referee.checks`,
+finds them too)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ def validation_problems(source: str, data: dict[str, Any]) -> tuple[Challenge | 
     """Validate parsed TOML `data`; return the challenge (when valid) and one problem line
     per error, each `SOURCE: FIELD: what is wrong`. Pure apart from importing the
     challenge's checks module."""
+    if "checks_module" not in data:
+        data = {**data, "checks_module": RECORDS_CHECKS_MODULE}
     try:
         challenge = Challenge.model_validate(data)
     except ValidationError as exc:
@@ -95,7 +104,7 @@ def validation_problems(source: str, data: dict[str, Any]) -> tuple[Challenge | 
 
 def _raw_check_problems(data: dict[str, Any]) -> list[str]:
     """Unknown check names in a file that failed validation, so one run reports them too."""
-    module = data.get("checks_module", BUILTIN_CHECKS_MODULE)
+    module = data.get("checks_module", RECORDS_CHECKS_MODULE)
     if not isinstance(module, str) or re.match(MODULE_PATTERN, module) is None:
         return []
     try:

@@ -8,11 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from opsarena.challenges import Challenge, find_challenge, load_challenge
+from opsarena.challenges import (
+    Challenge,
+    find_challenge,
+    load_challenge,
+)
 from opsarena.challenges.catalog import challenge_names, named_challenge, placed_files
-from opsarena.challenges.setup import brief_for
 from opsarena.cli.output import console, err_console, printable
 from opsarena.errors import ChallengeError
+from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
 

@@ -19,7 +19,6 @@ import time
 
 from opsarena.agents import AgentContext
 from opsarena.agents.throttle import ThrottledHost
-from opsarena.challenges.setup import agent_params, brief_for
 from opsarena.errors import MatchError
 from opsarena.match.events import MatchStarted
 from opsarena.match.plan import (
@@ -31,6 +30,7 @@ from opsarena.match.plan import (
 )
 from opsarena.match.record import MatchRecord
 from opsarena.match.resume import Resuming
+from opsarena.referee.contract import agent_params, brief_for
 from opsarena.store import EventStore
 
 __all__ = [

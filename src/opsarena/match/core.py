@@ -28,7 +28,8 @@ from opsarena.match.events import EventData, LogTampered, parse_data
 from opsarena.match.fold import fold_events
 from opsarena.match.plan import MatchPlan
 from opsarena.match.record import MatchRecord
-from opsarena.referee import Referee, feedback_message
+from opsarena.referee.feedback import feedback_message
+from opsarena.referee.referee import Referee
 from opsarena.store import EventStore, content_digest
 
 log = logging.getLogger(__name__)

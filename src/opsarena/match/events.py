@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from opsarena.errors import EventLogError
-from opsarena.referee.ledger import LedgerCounts, LedgerUpdate, LedgerWrite
+from opsarena.ledger import LedgerCounts, LedgerUpdate, LedgerWrite
 from opsarena.store import EventStore, StoredEvent
 
 FinishReason = Literal[
@@ -232,7 +232,7 @@ class FinalVerification(EventData):
 
 
 class LedgerUpdated(EventData):
-    """What one attempt did to its territory's durability ledger (`opsarena.referee.ledger`):
+    """What one attempt did to its territory's durability ledger (`opsarena.ledger`):
     the writes it acknowledged or left indeterminate, how its re-reads ended, and the ids
     dropped after failing. The fold and `opsarena resume` rebuild the ledger from these."""
 

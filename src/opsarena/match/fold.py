@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from opsarena.errors import EventLogError
+from opsarena.ledger import Ledger
 from opsarena.match import states
 from opsarena.match.commitment import reveal_problem
 from opsarena.match.events import (
@@ -52,7 +53,6 @@ from opsarena.match.record import (
     MilestoneRecord,
     TerritoryRecord,
 )
-from opsarena.referee.ledger import Ledger
 from opsarena.store import StoredEvent
 
 HOST_STATES = frozenset({"ready", "rebooting", "lost", "removed", "kept"})

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.done import done_token
-from opsarena.challenges.model import Challenge
 from opsarena.hosts.registry import DEFAULT_DRIVER
 from opsarena.match.commitment import new_nonce
 from opsarena.match.record import MatchRecord
 from opsarena.match.rules import FinishMode
+from opsarena.referee.model import Challenge
 
 DEFAULT_LOG_BUDGET_MB = 64
 """Bytes (MiB) of events one agent may add to a match's log (`MatchPlan.log_budget_mb`):

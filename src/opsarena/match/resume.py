@@ -9,7 +9,6 @@ from typing import Any
 
 from opsarena.agents.competitors import Competitor
 from opsarena.agents.spec import AgentSettings, AgentSpec
-from opsarena.challenges.model import Challenge
 from opsarena.errors import MatchError, OpsArenaError
 from opsarena.hosts import Host, HostInfo
 from opsarena.hosts.registry import DEFAULT_DRIVER
@@ -26,6 +25,7 @@ from opsarena.match.events import (
 )
 from opsarena.match.plan import resumed_plan
 from opsarena.match.record import MatchRecord
+from opsarena.referee.model import Challenge
 from opsarena.store import EventStore, chain_problems
 
 

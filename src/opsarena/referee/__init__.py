@@ -1,26 +1,9 @@
-"""The referee: HTTP probes into hosts, the built-in checks, verdicts and the failure table."""
+"""The referee: the engine's judging machinery. `contract` (what a check is given and
+returns, the check and setup registries), `model` (the challenge file's model), `referee`
+(attempts, cadence, back-off, settle window), `nemesis` (the fault registry), `failures`
+(the failure table), `probe` (HTTP into a host), `checks` (generic check helpers and the
+`health` check), `ownership` (who holds the port).
 
-from opsarena.referee import checks as checks  # registers the built-in checks
-from opsarena.referee.failures import REASONS, Observation, Reason, classify_error
-from opsarena.referee.feedback import feedback_message
-from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
-from opsarena.referee.records import derive_record
-from opsarena.referee.referee import MilestoneState, PreflightResult, Referee, enforce_table
-
-__all__ = [
-    "REASONS",
-    "HttpResponse",
-    "MilestoneState",
-    "Observation",
-    "PreflightResult",
-    "ProbeError",
-    "ProbeLimits",
-    "Reason",
-    "Referee",
-    "checks",
-    "classify_error",
-    "derive_record",
-    "enforce_table",
-    "feedback_message",
-    "http_request",
-]
+Importing this package imports none of them and registers nothing: each user imports
+the module it needs, so reading a match record never pulls the judging code in.
+"""

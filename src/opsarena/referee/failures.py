@@ -1,12 +1,14 @@
 """The failure table: every failure_reason, whose fault it is, and how raw errors map to it.
 
-One table (`REASONS`) names every reason a failed or referee_error attempt can carry.
-`classify_error` maps a raw error (from a probe, a fault or the host) to one of them;
-the checks use the remaining reasons (`bad_status`, `wrong_body`, `record_missing`, ...)
-for answers that arrived but were wrong. `Observation.render` writes the
-`failure_detail`: step, phase, elapsed ms, status, expected vs. received (sizes, sha256
-prefixes and a short escaped preview, never whole bodies), and a curl line that
-reproduces the request from inside the host. All of it is pure.
+One table (`REASONS`) names every reason a failed or referee_error attempt can carry:
+the engine's generic rows, plus each workload's (`register_reasons`, e.g. the records
+workload's `record_missing`). `classify_error` maps a raw error (from a probe, a fault or
+the host) to one of them; the checks use the remaining reasons (`bad_status`,
+`wrong_body`, a workload's, ...) for answers that arrived but were wrong.
+`Observation.render` writes the `failure_detail`: step, phase, elapsed ms, status,
+expected vs. received (sizes, sha256 prefixes and a short escaped preview, never whole
+bodies), and a curl line that reproduces the request from inside the host. All of it
+is pure (`register_reasons` apart, run at a workload's import).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import h11
 
-from opsarena.challenges.checks import REFEREE_ERROR, VERIFICATION_FAILED
-from opsarena.challenges.model import Challenge
 from opsarena.errors import (
     BootFailedError,
     HostBootError,
@@ -30,11 +31,14 @@ from opsarena.errors import (
     HostNotFoundError,
     HostUnavailableError,
     PathMissingError,
+    RegistryError,
     ServiceNotRestartedError,
     ServiceNotRunningError,
     ServiceRestartError,
     UnitMissingError,
 )
+from opsarena.referee.contract import REFEREE_ERROR, VERIFICATION_FAILED
+from opsarena.referee.model import Challenge
 from opsarena.referee.probe import (
     BodyTooLarge,
     ConnectionClosedEarly,
@@ -73,11 +77,6 @@ REASONS: dict[str, Reason] = dict(
         _row("body_too_large", _C, "the response body is over the size limit"),
         _row("bad_status", _C, "an answer with a status the contract does not allow"),
         _row("wrong_body", _C, "GET /health answered 200 with a body other than `ready`"),
-        _row("record_missing", _C, "GET of a record the service acknowledged answered 404"),
-        _row("record_corrupted", _C, "GET of a record answered 200 with other bytes"),
-        _row("wrong_record", _C, "GET of a record answered with the value of another id"),
-        _row("stale_value", _C, "GET after an overwrite answered with the older value"),
-        _row("found_unwritten", _C, "GET of an id never written answered 200, not 404"),
         _row("unit_missing", _C, "the systemd unit does not exist"),
         _row("service_not_running", _C, "the unit exists but has no running process"),
         _row("restart_failed", _C, "the unit had no new main process after a restart"),
@@ -113,6 +112,24 @@ REASONS: dict[str, Reason] = dict(
         _row("internal_error", _R, "a bug in the referee or a check"),
     ]
 )
+
+"""The engine's generic rows; a workload adds its own (`register_reasons`)."""
+
+
+def register_reasons(rows: Iterable[Reason]) -> dict[str, Reason]:
+    """Add a workload's rows to `REASONS` (at its import) and return them by reason.
+    Raises `RegistryError` when a reason is in the table already with another meaning
+    or category."""
+    added: dict[str, Reason] = {}
+    for row in rows:
+        existing = REASONS.get(row.reason)
+        if existing is not None and existing != row:
+            raise RegistryError(
+                f"a failure reason named {row.reason!r} is registered already "
+                f"({existing.category}: {existing.meaning})"
+            )
+        REASONS[row.reason] = added[row.reason] = row
+    return added
 
 
 def table_for(challenge: Challenge) -> dict[str, Reason]:

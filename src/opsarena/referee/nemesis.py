@@ -13,11 +13,11 @@ class with `@register_fault` (here for a built-in, or in a package's module name
 method in `hosts/base.py` and each driver that can do it, and its name in those drivers'
 `HostDriver.faults`; a line in docs/REFEREE.md. A driver offers a fault it names, and
 every fault performed by the `Host` method of one it names (`offered_faults`), so a
-plug-in fault built on an existing method needs no driver change. Besides this
-registry, code dispatches on a few built-in names for what only they need:
-`CHECK_FAULTS` (the built-in durability checks' defaults) and the power-cut disk a host
-is created with (`FAULT_POWER_CUT`, match/controller.py and the Inspect sandbox: a
-plug-in fault on `power_cut` is offered but gets no such disk yet). Registering another
+plug-in fault built on an existing method needs no driver change. Nothing else
+dispatches on a fault's name: a check names its default fault where it registers
+(`register_check(..., fault=...)`), and a fault that needs a power-cut disk says so
+(`Fault.needs_power_cut_disk`), which the controller and the Inspect sandbox ask
+(`needs_power_cut_disk`). Registering another
 fault under a taken name is a `RegistryError`.
 """
 
@@ -28,13 +28,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from opsarena.challenges.model import Challenge, Milestone
 from opsarena.errors import HostBootError
 from opsarena.hosts import Host
+from opsarena.referee.contract import default_fault
+from opsarena.referee.model import Challenge, Milestone
 from opsarena.registry import Registry
-
-CHECK_FAULTS = {"restart-durability": "restart", "reboot-durability": "reboot"}
-"""The fault each built-in durability check injects when its milestone names none."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +141,9 @@ def milestone_fault_object(milestone: Milestone) -> Fault:
 
 
 def milestone_fault(check: str, fault: str | None) -> str | None:
-    """The fault a milestone injects: its own `fault`, else its check's default."""
-    return fault if fault is not None else CHECK_FAULTS.get(check)
+    """The fault a milestone injects: its own `fault`, else the default its check
+    declared where it registered (`register_check(name, fault=...)`)."""
+    return fault if fault is not None else default_fault(check)
 
 
 def faults_needed(challenge: Challenge) -> list[str]:

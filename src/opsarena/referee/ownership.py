@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 
-from opsarena.challenges.checks import CheckContext, Verdict
 from opsarena.errors import HostError
 from opsarena.hosts import Host, Proc
+from opsarena.referee.contract import CheckContext, Verdict
 from opsarena.referee.failures import REASONS, Observation, classify_error, describe_error
 
 REASON = "port_not_owned_by_unit"

@@ -5,7 +5,7 @@ in order; the territories run concurrently, so a reboot in one never delays anot
 passed milestone stays passed with its evidence. Every attempt is reported through
 `emit` as `attempt_started` then `attempt_result` (plus `milestone_passed`,
 `fault_injected`, `host_state` and `ledger_update` as they happen), in the match's event
-vocabulary. Each territory keeps a durability ledger (`opsarena.referee.ledger`) that
+vocabulary. Each territory keeps a durability ledger (`opsarena.ledger`) that
 changes only through the `ledger_update` it emits, so it can be rebuilt from the log
 (`restore_ledger`). A fault milestone failing again and again backs off (`retry_delay`).
 
@@ -27,7 +27,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsarena.challenges.checks import (
+from opsarena.errors import HostError
+from opsarena.hosts import Host
+from opsarena.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
+from opsarena.referee.contract import (
     Check,
     CheckContext,
     FaultKind,
@@ -35,13 +38,9 @@ from opsarena.challenges.checks import (
     get_check,
     load_checks_module,
 )
-from opsarena.challenges.model import Challenge, Milestone
-from opsarena.errors import HostError
-from opsarena.hosts import Host
 from opsarena.referee.failures import REASONS, Reason, describe_error, table_for
-from opsarena.referee.ledger import Ledger, LedgerSummary, LedgerUpdate, Pending
+from opsarena.referee.model import Challenge, Milestone
 from opsarena.referee.nemesis import get_fault, milestone_fault, run_fault
-from opsarena.referee.records import derive_record
 from opsarena.text import escape_unencodable, storable
 
 log = logging.getLogger(__name__)
@@ -571,7 +570,6 @@ class Referee:
         pending: Pending | None = None,
     ) -> Verdict:
         state = self._state(territory)
-        record_id, record_value = derive_record(self.seed, territory, milestone.id, attempt)
 
         async def inject_fault(kind: FaultKind) -> int:
             if not faults:
@@ -583,8 +581,6 @@ class Referee:
             milestone=milestone,
             territory=territory,
             attempt=attempt,
-            record_id=record_id,
-            record_value=record_value,
             inject_fault=inject_fault,
             seed=self.seed,
             # A preflight works on a throw-away ledger: nothing it wrote is ever judged.

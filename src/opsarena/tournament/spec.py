@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from opsarena.agents.competitors import Competitor, check_competitors
 from opsarena.challenges.catalog import builtin_names, find_challenge
-from opsarena.challenges.model import Challenge
 from opsarena.errors import ChallengeError, CompetitorsFileError, TournamentError
 from opsarena.match.controller import DEFAULT_INODE_QUOTA
+from opsarena.referee.model import Challenge
 
 SEED_RE = re.compile(r"^(?:[0-9a-fA-F]{2}){8,64}$")
 MAX_MATCHES = 10_000

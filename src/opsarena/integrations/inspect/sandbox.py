@@ -39,7 +39,6 @@ from inspect_ai.util._sandbox.environment import SandboxUnavailableError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from opsarena.challenges.catalog import find_challenge, place_challenge
-from opsarena.challenges.model import Challenge
 from opsarena.errors import (
     HostError,
     HostNotFoundError,
@@ -59,6 +58,7 @@ from opsarena.hosts import (
 from opsarena.hosts.image import image_for
 from opsarena.integrations.inspect import commands
 from opsarena.match.commitment import new_nonce, seed_commitment
+from opsarena.referee.model import Challenge
 from opsarena.referee.nemesis import missing_faults, needs_power_cut_disk
 
 log = logging.getLogger(__name__)

@@ -32,12 +32,12 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import sandbox
 
 from opsarena.challenges.catalog import find_challenge
-from opsarena.challenges.model import VARIABLE_PATTERN, Challenge
-from opsarena.challenges.setup import brief_for
 from opsarena.errors import OpsArenaError, PreflightError
 from opsarena.hosts import Host
 from opsarena.integrations.inspect.sandbox import OpsarenaSandboxEnvironment, SampleSeed
-from opsarena.referee import Referee
+from opsarena.referee.contract import brief_for
+from opsarena.referee.model import VARIABLE_PATTERN, Challenge
+from opsarena.referee.referee import Referee
 
 TERRITORY = "default"
 SETTLE_POLL_S = 0.1

@@ -26,24 +26,16 @@ import dataclasses
 import time
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
 from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee.checks import (
-    Decided,
-    error_verdict,
-    inject,
-    pending_of,
-    put_record,
-    request,
-    reread_ledger,
-    wait_healthy,
-    workload_seed,
-)
+from opsarena.ledger import Slot
+from opsarena.referee.checks import Decided, error_verdict, inject, request, wait_healthy
+from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import milestone_fault_object
 from opsarena.referee.ownership import port_ownership_verdict
-from opsarena.referee.workload import Record, Slot, make_record
+from opsarena.workloads.records.checks import pending_of, put_record, reread_ledger, workload_seed
+from opsarena.workloads.records.workload import Record, make_record
 
 RPO_S = 10.0
 WRITE_S = 13.0

@@ -29,12 +29,18 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
-from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
-from opsarena.challenges.setup import Setup, register_setup
+import opsarena.workloads.records.checks  # noqa: F401  (registers the records checks used below)
 from opsarena.errors import HostError, HostFactsTooLargeError
 from opsarena.hosts import Host
 from opsarena.hosts.kernel import SCAN_LIMIT
+from opsarena.referee.contract import (
+    CheckContext,
+    Setup,
+    Verdict,
+    get_check,
+    register_check,
+    register_setup,
+)
 from opsarena.referee.failures import Observation
 from opsarena.text import host_name, host_text
 

@@ -23,30 +23,28 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import ChallengeError, HostError
 from opsarena.hosts import Host
-from opsarena.referee.checks import (
-    Decided,
-    error_verdict,
+from opsarena.ledger import Slot
+from opsarena.referee.checks import Decided, error_verdict, request
+from opsarena.referee.contract import CheckContext, Setup, Verdict, register_check, register_setup
+from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
+from opsarena.referee.ownership import judge_port_ownership
+from opsarena.workloads.records.checks import (
     pending_of,
     put_record,
     read_record,
-    request,
     text_record,
     workload_seed,
 )
-from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
-from opsarena.referee.ownership import judge_port_ownership
-from opsarena.referee.workload import Slot, slot_id, slot_value
+from opsarena.workloads.records.workload import slot_id, slot_value
 
 SETUP_NAME = "incident-repair"
 SEEDED_MILESTONE = "seeded"
 """The `Slot.milestone` of the seeded records (no milestone has this id)."""
 SEEDED_SLOTS = ("text", "binary", "empty", *(f"seeded-{i}" for i in range(3, 12)))
 """The seeded records' slots: a text value, all 256 byte values, an empty value and
-nine 512-byte binary values (`opsarena.referee.workload.slot_value`)."""
+nine 512-byte binary values (`opsarena.workloads.records.workload.slot_value`)."""
 DATA_DIR = "/srv/records/data"
 CONFIG = "/etc/records/records.conf"
 LAUNCHER = "/usr/local/lib/records/records-launch"

@@ -30,13 +30,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-import opsarena.referee.checks  # noqa: F401  (registers the built-in checks used below)
-from opsarena.challenges.checks import CheckContext, Verdict, get_check, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import HostError
 from opsarena.hosts import Host
+from opsarena.referee.contract import (
+    CheckContext,
+    Setup,
+    Verdict,
+    get_check,
+    register_check,
+    register_setup,
+)
 from opsarena.referee.failures import Observation, describe_error
 from opsarena.referee.probe import HttpResponse, ProbeError, ProbeLimits, http_request
+from opsarena.workloads.records.checks import attempt_record
 
 CA_DIR = "/etc/opsarena/ca"
 HTTP_PORT = 80
@@ -285,7 +291,7 @@ def judge_redirect(response: HttpResponse, name: str, target: str) -> str | None
 
 async def redirect_verdict(host: Host, ctx: CheckContext) -> Verdict:
     name = server_name(ctx.seed)
-    target = f"/records/{ctx.record_id}"
+    target = f"/records/{attempt_record(ctx)[0]}"
     step = f"GET http://127.0.0.1:{HTTP_PORT}{target}"
     reproduce = f"curl -sS -i --max-time 5 http://127.0.0.1:{HTTP_PORT}{target}"
     try:

@@ -23,25 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opsarena.challenges.checks import CheckContext, Verdict, register_check
-from opsarena.challenges.setup import Setup, register_setup
 from opsarena.errors import HostError
 from opsarena.hosts import Host
-from opsarena.referee.checks import (
-    Decided,
-    error_verdict,
-    judge_health,
-    ledger_of,
-    limits_of,
-    pending_of,
-    request,
-    reread_ledger,
-    workload_seed,
-)
+from opsarena.ledger import Slot
+from opsarena.referee.checks import Decided, error_verdict, health_verdict, limits_of, request
+from opsarena.referee.contract import CheckContext, Setup, Verdict, register_check, register_setup
 from opsarena.referee.failures import Observation, body_summary, curl_line, describe_error
 from opsarena.referee.nemesis import Fault, FaultRun
 from opsarena.referee.probe import ProbeError, http_request
-from opsarena.referee.workload import Slot, slot_id, slot_value
+from opsarena.workloads.records.checks import ledger_of, pending_of, reread_ledger, workload_seed
+from opsarena.workloads.records.workload import slot_id, slot_value
 
 RELEASES_DIR = "/opt/releases"
 DEPLOY_COMMAND = "/usr/local/bin/deploy-release"
@@ -200,11 +191,7 @@ async def check_release_up(host: Host, ctx: CheckContext) -> Verdict:
     """GET /health answers `ready` and GET /version the release the milestone's
     `release` param names (default v1)."""
     try:
-        step = "GET /health"
-        response = await request(host, ctx, "GET", "/health", step=step)
-        verdict = judge_health(
-            response, step=step, reproduce=curl_line("GET", ctx.challenge.port, "/health")
-        )
+        _, verdict = await health_verdict(host, ctx)
         if verdict is not None:
             return verdict
         expected = release_of(ctx.seed or workload_seed(ctx), ctx.milestone.param("release", "v1"))

@@ -24,10 +24,6 @@ PACKAGE_PATTERN = r"^[a-z0-9][a-z0-9+.-]{0,99}$"
 VARIABLE_PATTERN = r"\{\{([a-z_][a-z0-9_]*)\}\}"
 """A placeholder in a brief (`{{server_name}}`), filled from the challenge's setup."""
 
-BUILTIN_CHECKS_MODULE = "opsarena.referee.checks"
-"""The module whose import registers the referee's own checks (`health`, `write-read`,
-`restart-durability`, `reboot-durability`)."""
-
 T = TypeVar("T")
 Seconds = Annotated[float, Field(gt=0, le=3600)]
 ParamValue = str | int | float | bool | list[str] | list[int]
@@ -43,8 +39,9 @@ class Milestone(BaseModel):
     check (the referee stops reading at the limit). `ready_budget_s` is how long the
     service has, after a fault (restart, reboot), to answer its health check again.
     `fault` names the registered fault (`opsarena.referee.nemesis`) a durability check
-    injects; without it the check's own default (`restart-durability`: restart,
-    `reboot-durability`: reboot). `params` are the check's own parameters for this
+    injects; without it the default its check declared (`register_check(name,
+    fault=...)`: the records workload's `restart-durability` restarts,
+    `reboot-durability` reboots). `params` are the check's own parameters for this
     milestone (a check reads them with `ctx.milestone.params`; the check documents them).
     """
 
@@ -77,8 +74,9 @@ class Challenge(BaseModel):
     milestone passed in that window; with `feedback`, each failed
     attempt reaches the competitor's agent as a short message (its reason and detail).
     `checks_module` is imported before the milestones' checks are looked up, so a
-    challenge may register checks of its own (it defaults to the referee's built-in
-    checks).
+    challenge may register checks of its own or use a workload's (the loader,
+    `opsarena.challenges.catalog`, names the records workload's checks when a file names
+    neither a module nor a checks file).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -93,7 +91,7 @@ class Challenge(BaseModel):
     cadence_s: Annotated[float, Field(ge=0.1, le=60)] = 1.0
     settle_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
     feedback: bool = True
-    checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] = BUILTIN_CHECKS_MODULE
+    checks_module: Annotated[str, Field(pattern=MODULE_PATTERN)] | None = None
     checks_file: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.py$")] | None = None
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = []
     units: list[Annotated[str, Field(pattern=ANY_UNIT_PATTERN)]] = []

@@ -17,6 +17,9 @@ event), so the referee, `opsarena resume` and the record's fold rebuild exactly 
 ledger from the log. Re-reads are bounded (`REREAD_MAX_RECORDS`, `REREAD_MAX_BYTES`):
 beyond the bound a deterministic sample (ordered by HMAC of the seed) is re-read, always
 including the current attempt's own records. Everything here is pure.
+
+It sits below the referee (it imports nothing of opsarena's), so the record's fold and
+the event log read a ledger without importing any judging code.
 """
 
 from __future__ import annotations
@@ -29,8 +32,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opsarena.referee.workload import Slot
-
 REREAD_MAX_RECORDS = 256
 """At most this many ledger records are re-read after one fault."""
 REREAD_MAX_BYTES = 32 * 1024 * 1024
@@ -39,6 +40,20 @@ UNWRITTEN_AFTER_FAULT = 3
 """Never-written ids probed after every fault."""
 
 Outcome = Literal["ok", "lost", "corrupted", "stale", "unexpected"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one value comes from: enough to regenerate its id and bytes from the seed
+    (the workload that wrote it does; the ledger keeps only the slot and a hash)."""
+
+    territory: str
+    milestone: str
+    attempt: int
+    name: str
+
+    def label(self) -> list[str | int]:
+        return ["opsarena-slot", self.territory, self.milestone, self.attempt, self.name]
 
 
 class LedgerWrite(BaseModel):

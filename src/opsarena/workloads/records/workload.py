@@ -33,7 +33,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from opsarena.referee.records import derive_record
+from opsarena.ledger import Slot
+from opsarena.workloads.records.derive import derive_record
 
 LARGE_BYTES = 1024 * 1024
 """The brief promises values "up to at least 1 MiB"."""
@@ -42,19 +43,6 @@ PARALLEL_SAME_ID = 4
 PARALLEL_VALUE_BYTES = 512
 UNWRITTEN_PROBES = 1
 """Never-written ids probed by each write-read attempt (the ledger probes more after faults)."""
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one value comes from: enough to regenerate its id and bytes from the seed."""
-
-    territory: str
-    milestone: str
-    attempt: int
-    name: str
-
-    def label(self) -> list[str | int]:
-        return ["opsarena-slot", self.territory, self.milestone, self.attempt, self.name]
 
 
 def _key(seed: bytes, parts: list[str | int]) -> bytes:
