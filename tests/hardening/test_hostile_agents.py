@@ -18,7 +18,7 @@ from opsarena.agents import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.hosts import Host
 from tests.agents.contexts import Events, alive, cmdline, recording_context, script
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
 

@@ -24,7 +24,7 @@ from opsarena.referee import (
     classify_error,
     http_request,
 )
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts
 from tests.hardening.hostile import (
     CASES,
     HEALTHY_PORT,

@@ -22,8 +22,8 @@ from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore
-from tests.conftest import ArenaRuns, new_match_id, podman_names
-from tests.match.test_seed_compat import incompatibilities
+from tests.conftest import ArenaRuns, new_match_id, podman_names, wait_for_event
+from tests.match.seed_record import incompatibilities
 
 pytestmark = pytest.mark.hosts
 
@@ -136,24 +136,6 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
     finally:
         await driver.cleanup(match_id=source_match)
         subprocess.run(["podman", "rmi", "--force", image], check=False, capture_output=True)
-
-
-def wait_for_event(db: Path, event_type: str, timeout: float = 120) -> str:
-    """The match id of the first event of `event_type` in `db`, once there is one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            with sqlite3.connect(db) as conn:
-                try:
-                    row = conn.execute(
-                        "SELECT match_id FROM events WHERE type = ? LIMIT 1", (event_type,)
-                    ).fetchone()
-                except sqlite3.OperationalError:
-                    row = None
-            if row:
-                return str(row[0])
-        time.sleep(0.2)
-    raise AssertionError(f"no {event_type} event within {timeout}s")
 
 
 def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(

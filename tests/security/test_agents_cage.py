@@ -24,9 +24,7 @@ from opsarena.agents.cage import DEFAULT_LIMITS, SCRATCH_BYTES
 from opsarena.agents.command import GATE_BUDGET, CommandAgent
 from opsarena.hosts import Host
 from tests.agents.contexts import Events, cmdline, recording_context, script
-from tests.hardening.conftest import SharedHosts, shared_hosts
-
-__all__ = ["shared_hosts"]  # fixture
+from tests.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
 

@@ -19,7 +19,7 @@ from opsarena.cli.main import main
 from opsarena.cli.output import printable
 from opsarena.errors import HostBootError
 from opsarena.store import SqliteEventStore
-from tests.match.test_fold import Plan, simulate
+from tests.match.simulated import Plan, simulate
 
 ESCAPES = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m\u202egnp.exe"
 TERRITORY = "t\x1b[8m"

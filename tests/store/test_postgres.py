@@ -26,9 +26,9 @@ from opsarena.store import postgres as postgres_store
 from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
 from opsarena.web.server import ScoreboardServer
 from opsarena.web.tournament import tournament_messages
-from tests.match.test_fold import Plan, simulate
+from tests.match.simulated import Plan, simulate
 from tests.pg import new_database, postgres_available, postgres_server
-from tests.tournament.test_record import created, ended, started
+from tests.tournament.logs import created, ended, started
 from tests.web.sse import messages
 
 
