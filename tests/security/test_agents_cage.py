@@ -208,7 +208,9 @@ async def test_signals_to_the_controller_never_arrive(
 ) -> None:
     host = await shared_hosts("attacker")
     received: list[int] = []
+    marks: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signo, _frame: received.append(signo))
+    previous_mark = signal.signal(signal.SIGUSR2, lambda signo, _frame: marks.append(signo))
     try:
         out, _err, _ = await run_attack(
             host,
@@ -222,9 +224,13 @@ async def test_signals_to_the_controller_never_arrive(
             kill -USR1 -1; echo "all $?"
             """,
         )
-        await asyncio.sleep(0.2)
+        # raise_signal runs the handlers of every signal already arrived before it returns,
+        # lower numbers first: SIGUSR1's, had the attack's come, then this mark's.
+        signal.raise_signal(signal.SIGUSR2)
+        assert marks == [signal.SIGUSR2]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+        signal.signal(signal.SIGUSR2, previous_mark)
     assert received == []
     for what in ("probe", "usr1", "init"):
         assert re.search(rf"^{what} [1-9]", out, re.M), (what, out)
