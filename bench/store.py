@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.match.test_fold import Plan, simulate
+from tests.match.simulated import Plan, simulate
 from tests.pg import new_database, postgres_server
 
 from opsarena.match.fold import fold_events

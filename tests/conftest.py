@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +197,71 @@ async def host_factory(podman_driver: HostDriver, match_id: str) -> AsyncIterato
         yield make
     finally:
         await asyncio.shield(podman_driver.cleanup(match_id=match_id))
+
+
+@pytest.fixture
+def opsarena_serve(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """`opsarena serve` on a free port, as a subprocess: (its URL, its database)."""
+    db = tmp_path / "live.db"
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "opsarena.cli.main", "serve", "--port", "0", "--db", str(db)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.findall(r"http://127\.0\.0\.1:\d+", log_path.read_text())):
+            assert server.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "opsarena serve did not listen within 30s"
+            time.sleep(0.1)
+        yield found[0], db
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def wait_for_event(db: Path, event_type: str, timeout: float = 120) -> str:
+    """The match id of the first event of `event_type` in `db`, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                try:
+                    row = conn.execute(
+                        "SELECT match_id FROM events WHERE type = ? LIMIT 1", (event_type,)
+                    ).fetchone()
+                except sqlite3.OperationalError:
+                    row = None
+            if row:
+                return str(row[0])
+        time.sleep(0.2)
+    raise AssertionError(f"no {event_type} event within {timeout}s")
+
+
+SharedHosts = Callable[..., Awaitable[Host]]
+
+
+@pytest.fixture(scope="module")
+async def shared_hosts() -> AsyncIterator[SharedHosts]:
+    """`await shared_hosts("territory", **spec)` boots that territory's host once per
+    module and returns the same host to every later call; all are removed at the end.
+    Booting a host costs about a second: cases that only read a host's state share one;
+    cases that damage a host (fork bomb, memory hog, disk fill) get their own territory."""
+    driver = get_driver("podman")
+    match_id = new_match_id("hard")
+    made: dict[str, Host] = {}
+    lock = asyncio.Lock()
+
+    async def get(territory: str, **spec: object) -> Host:
+        async with lock:
+            if territory not in made:
+                made[territory] = await driver.create(
+                    HostSpec(match_id=match_id, territory=territory, image=TEST_IMAGE, **spec)  # type: ignore[arg-type]
+                )
+            return made[territory]
+
+    try:
+        yield get
+    finally:
+        await asyncio.shield(driver.cleanup(match_id=match_id))

@@ -48,7 +48,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -713,24 +712,3 @@ class OpenAIDouble:
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             await self._task
-
-
-@pytest.fixture
-async def openai_double() -> AsyncIterator[OpenAIDouble]:
-    double = OpenAIDouble()
-    await double.start()
-    try:
-        yield double
-    finally:
-        await double.stop()
-
-
-@pytest.fixture
-async def plain_double() -> AsyncIterator[OpenAIDouble]:
-    """The double in its api.openai.com flavour."""
-    double = OpenAIDouble("openai")
-    await double.start()
-    try:
-        yield double
-    finally:
-        await double.stop()

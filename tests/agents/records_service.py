@@ -2,19 +2,12 @@
 
 `APP` and `UNIT` are a correct durable records service (the kind of thing a model writes):
 GET /health → "ready"; PUT /records/ID stores the body on disk (atomically); GET returns
-it. `assert_durable` proves it works and survives a host reboot. `agents_host` is one
-host per test module, for tests that do not depend on the host's state.
+it. `assert_durable` proves it works and survives a host reboot.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
-from tests.conftest import TEST_IMAGE, new_match_id
-
-from opsarena.hosts import Host, HostSpec, get_driver
+from opsarena.hosts import Host
 
 APP_PATH = "/opt/records/app.py"
 UNIT_PATH = "/etc/systemd/system/records.service"
@@ -97,13 +90,3 @@ async def assert_durable(host: Host) -> None:
     await host.reboot()
     assert (await host.exec(WAIT_HEALTHY, timeout=30)).stdout == b"ready"
     assert await curl(host, "http://127.0.0.1:8080/records/rec-1") == value
-
-
-@pytest.fixture(scope="module")
-async def agents_host() -> AsyncIterator[Host]:
-    driver = get_driver("podman")
-    match_id = new_match_id("ag")
-    try:
-        yield await driver.create(HostSpec(match_id=match_id, territory="shared", image=TEST_IMAGE))
-    finally:
-        await asyncio.shield(driver.cleanup(match_id=match_id))

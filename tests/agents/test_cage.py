@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.agents.records_service import agents_host
-from tests.conftest import new_match_id
 
 from opsarena.agents.cage import (
     BLOCKED_SYSCALLS_X86_64,
@@ -29,8 +27,7 @@ from opsarena.agents.cage import (
 )
 from opsarena.agents.throttle import ThrottledHost, TokenBucket
 from opsarena.hosts import Host
-
-__all__ = ["agents_host"]  # fixture
+from tests.conftest import new_match_id
 
 HYBRID = """\
 25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-from tests.conftest import new_match_id
 
 from opsarena.agents.cage import CageLimits, ProcessCage
 from opsarena.agents.competitors import competitor_from_cli
@@ -23,6 +22,7 @@ from opsarena.agents.registry import (
 from opsarena.challenges.catalog import find_challenge
 from opsarena.cli.run import _announce_humans
 from opsarena.match.controller import MatchPlan
+from tests.conftest import new_match_id
 
 register_agent_kind(
     "test-pager-person", lambda spec, settings, env: HumanAgent(), arg=None, done_token=True

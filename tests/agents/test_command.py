@@ -11,17 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.agents.contexts import Events, alive, cmdline, recording_context, script
-from tests.agents.records_service import APP, UNIT, WAIT_HEALTHY, agents_host, assert_durable
-from tests.conftest import HostFactory
 
 from opsarena.agents import AgentContext
 from opsarena.agents.command import CommandAgent
 from opsarena.errors import AgentConfigError
 from opsarena.hosts import Host, HostDriver
 from opsarena.store import encode_event_data
-
-__all__ = ["agents_host"]  # fixture
+from tests.agents.contexts import Events, alive, cmdline, recording_context, script
+from tests.agents.records_service import APP, UNIT, WAIT_HEALTHY, assert_durable
+from tests.conftest import HostFactory
 
 
 def make_ctx(host: Host) -> tuple[AgentContext, Events]:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.agents.records_service import agents_host
 
 from opsarena.agents import AgentContext
 from opsarena.agents.human import (
@@ -21,8 +20,6 @@ from opsarena.agents.human import (
     proof_holds,
 )
 from opsarena.hosts import Host
-
-__all__ = ["agents_host"]  # fixture
 
 pytestmark = pytest.mark.hosts
 

@@ -7,31 +7,6 @@ import json
 from typing import Any, cast
 
 import pytest
-from tests.agents.contexts import Events, recording_context
-from tests.agents.openai_double import (
-    API_KEY,
-    Model,
-    OpenAIDouble,
-    Reply,
-    completion,
-    error,
-    error_in_200,
-    html_page,
-    no_choices,
-    openai_double,
-    plain_double,
-    rate_limited,
-)
-from tests.agents.records_service import (
-    APP,
-    APP_PATH,
-    UNIT,
-    UNIT_PATH,
-    WAIT_HEALTHY,
-    agents_host,
-    assert_durable,
-)
-from tests.conftest import HostFactory
 
 from opsarena.agents import AgentContext
 from opsarena.agents.llm import (
@@ -72,8 +47,28 @@ from opsarena.agents.spec import (
 )
 from opsarena.errors import AgentConfigError
 from opsarena.hosts import Host
-
-__all__ = ["agents_host", "openai_double", "plain_double"]  # fixtures
+from tests.agents.contexts import Events, recording_context
+from tests.agents.openai_double import (
+    API_KEY,
+    Model,
+    OpenAIDouble,
+    Reply,
+    completion,
+    error,
+    error_in_200,
+    html_page,
+    no_choices,
+    rate_limited,
+)
+from tests.agents.records_service import (
+    APP,
+    APP_PATH,
+    UNIT,
+    UNIT_PATH,
+    WAIT_HEALTHY,
+    assert_durable,
+)
+from tests.conftest import HostFactory
 
 BRIEF = "Deploy a durable records service on port 8080 (unit records.service)."
 

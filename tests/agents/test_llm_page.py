@@ -9,16 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.agents.openai_double import API_KEY, Model, OpenAIDouble, completion, openai_double
-from tests.conftest import new_match_id
-from tests.web.test_browser import _chromium
 
 from opsarena.agents.competitors import competitor_from_cli
 from opsarena.challenges.catalog import find_challenge
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.store import SqliteEventStore
-
-__all__ = ["openai_double"]  # fixture
+from tests.agents.openai_double import API_KEY, Model, OpenAIDouble, completion
+from tests.browser import chromium
+from tests.conftest import new_match_id
 
 pytestmark = pytest.mark.hosts
 
@@ -30,7 +28,7 @@ async def test_reasoning_shows_collapsed_with_the_serving_provider(
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
-    executable = _chromium()
+    executable = chromium()
     monkeypatch.setenv("OPSARENA_LLM_BASE_URL", openai_double.base_url)
     monkeypatch.setenv("OPSARENA_LLM_API_KEY", API_KEY)
     openai_double.models["lab/thinker"] = Model(reasoning_model="deepseek")

@@ -16,17 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.agents.openai_double import (
-    API_KEY,
-    Model,
-    OpenAIDouble,
-    completion,
-    error_in_200,
-    openai_double,
-)
-from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
-from tests.conftest import ArenaRuns, new_match_id, podman_names
-from tests.match.test_controller import wait_for_event
 
 from opsarena.agents.competitors import Competitor, competitor_from_cli
 from opsarena.agents.registry import parse_agent_spec
@@ -34,8 +23,15 @@ from opsarena.agents.spec import AgentSettings
 from opsarena.challenges.catalog import find_challenge
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.store import SqliteEventStore
-
-__all__ = ["openai_double"]  # fixture
+from tests.agents.openai_double import (
+    API_KEY,
+    Model,
+    OpenAIDouble,
+    completion,
+    error_in_200,
+)
+from tests.agents.records_service import APP, APP_PATH, UNIT, WAIT_HEALTHY
+from tests.conftest import ArenaRuns, new_match_id, podman_names, wait_for_event
 
 pytestmark = pytest.mark.hosts
 

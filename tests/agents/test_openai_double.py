@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import httpx
 import pytest
-from tests.agents.openai_double import API_KEY, Model, OpenAIDouble, completion
 
 from opsarena.agents.llm.wire import classify_status, error_text, window_from_error
+from tests.agents.openai_double import API_KEY, Model, OpenAIDouble, completion
 
 Flavour = Literal["openrouter", "openai"]
 FLAVOURS: list[Flavour] = ["openrouter", "openai"]

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from tests.conftest import TEST_IMAGE, new_match_id
 
 from opsarena.agents import AgentContext, AgentOutcome
 from opsarena.agents.scripted import DEFAULT_UNIT, ServiceTarget, get_scripted, scripted_names
@@ -24,6 +23,7 @@ from opsarena.agents.scripted.deploy import records_unit, service_target
 from opsarena.agents.scripted.records_server import valid_record_id
 from opsarena.errors import HostError, OpsArenaError, UnknownBuilderError, UsageError
 from opsarena.hosts import Host, HostSpec, get_driver
+from tests.conftest import TEST_IMAGE, new_match_id
 
 BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wrong-health", "idle")
 # Builders whose flaw the referee's calibration matrix exercises (tests/referee/).

@@ -6,7 +6,7 @@ from rich.console import Console
 
 from opsarena.cli.live import progress_line, render
 from opsarena.store import StoredEvent
-from tests.match.test_fold import demo_events, fold_dicts
+from tests.match.simulated import demo_events, fold_dicts
 
 
 def test_live_frame_shows_every_territory_its_points_state_and_failure() -> None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import Host
 from opsarena.referee.failures import REASONS
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts
 from tests.hardening.hostile import (
     REPLAY_PORT,
     STAGE_PORT,

@@ -20,7 +20,7 @@ import pytest
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import Host
 from opsarena.store import open_store
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts
 from tests.hardening.hostile import (
     Attack,
     neighbour_under_attack,

@@ -19,7 +19,7 @@ from opsarena.hosts import Host
 from opsarena.referee.failures import REASONS, classify_error
 from opsarena.referee.probe import ProbeError, ProbeLimits, http_request
 from opsarena.referee.referee import Referee
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts
 from tests.hardening.hostile import (
     CASES,
     HEALTHY_PORT,
@@ -141,7 +141,13 @@ async def test_the_referee_keeps_its_cadence_for_a_neighbour_of_a_hostile_servic
     referee.add_territory("hostile", hostile_host)
     referee.add_territory("neighbour", neighbour)
     judging = asyncio.create_task(referee.run())
-    await asyncio.sleep(12)
+    # Until the neighbour's attempts give ten intervals and the hostile one was judged.
+    deadline = time.monotonic() + 120
+    while len(clock.started.get("neighbour", [])) < 11 or not any(
+        r["territory"] == "hostile" for r in clock.results
+    ):
+        assert time.monotonic() < deadline and not judging.done(), clock.started
+        await asyncio.sleep(0.1)
     judging.cancel()
     await asyncio.gather(judging, return_exceptions=True)
 

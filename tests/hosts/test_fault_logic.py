@@ -4,6 +4,10 @@ FUSE, no kernel: the same object the server runs, on a plain file)."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,20 +94,47 @@ def test_writes_past_the_end_of_the_disk_are_cut_off(cache: WriteCache) -> None:
     assert cache.read(100, size - 10) == b"x" * 10
 
 
+# Holds N open files (as many as its hard limit allows) until its stdin closes.
+HOLDER = """
+import os, resource, sys
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(int(sys.argv[1]))]
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def file_holders() -> Iterator[list[Proc]]:
+    """Processes holding more open files in all than `kernel.SCAN_LIMIT`, as many processes
+    of a host can; killed at teardown."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    each = min(hard, 16384) - 16
+    started: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(kernel.SCAN_LIMIT // each + 1):
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLDER, str(each)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            started.append(holder)
+            assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        yield [Proc(h.pid, kernel.start_time(h.pid) or 0) for h in started]
+    finally:
+        for holder in started:
+            holder.kill()
+            holder.wait()
+
+
 def test_the_arena_reads_a_bounded_number_of_open_files_to_find_a_ports_holder(
-    monkeypatch: pytest.MonkeyPatch,
+    file_holders: list[Proc],
 ) -> None:
     """A host can hold millions of open files (1024 processes of 8192 each); finding who
     holds its port reads them all, so past `SCAN_LIMIT` the facts are refused, the
     competitor's failure, instead of spending the arena's CPU on its behalf."""
     me = Proc(os.getpid(), kernel.start_time(os.getpid()) or 0)
-    opened = [os.open("/dev/null", os.O_RDONLY) for _ in range(64)]
-    try:
-        assert kernel.socket_owners([me], {1}) == []  # within the default bound: read
-        monkeypatch.setattr(kernel, "SCAN_LIMIT", 32)
-        with pytest.raises(HostFactsTooLargeError, match="more than 32 open files"):
-            kernel.socket_owners([me], {1})
-    finally:
-        for fd in opened:
-            os.close(fd)
+    assert kernel.socket_owners([me], {1}) == []  # within the bound: read
+    with pytest.raises(HostFactsTooLargeError, match=f"more than {kernel.SCAN_LIMIT} open files"):
+        kernel.socket_owners([me, *file_holders], {1})
     assert classify_error(HostFactsTooLargeError("x")).reason == "port_not_owned_by_unit"

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import pytest
 
 from opsarena.errors import EventLogError
 from opsarena.match.commitment import reveal_problem, seed_commitment
-from tests.match.test_fold import DEMO_PLANS, demo_events, fold_dicts
-
-SEED = bytes.fromhex("5eed" * 8)
-NONCE = bytes(range(16))
+from tests.match.simulated import DEMO_PLANS, NONCE, SEED, committed_events, fold_dicts
 
 
 def test_the_commitment_is_sha256_of_the_documented_string() -> None:
@@ -30,18 +26,6 @@ def test_a_reveal_opens_only_its_own_commitment() -> None:
     assert "does not match" in (reveal_problem("m2", commitment, SEED.hex(), NONCE.hex()) or "")
     assert "not lowercase hex" in (reveal_problem("m1", commitment, "xyz", NONCE.hex()) or "")
     assert "16 bytes" in (reveal_problem("m1", commitment, SEED.hex(), "ab") or "")
-
-
-def committed_events(match_id: str = "demo1") -> list[dict[str, Any]]:
-    """The demo log as a controller writes it now: the commitment at the start, the seed
-    and nonce revealed by `match_closed`."""
-    events = demo_events(match_id)
-    created = events[0]["data"]
-    del created["seed"]
-    created["seed_commitment"] = seed_commitment(match_id, NONCE, SEED)
-    assert events[-1]["type"] == "match_closed"
-    events[-1]["data"] = {"seed": SEED.hex(), "seed_nonce": NONCE.hex()}
-    return events
 
 
 def test_the_record_has_the_commitment_while_running_and_the_seed_after_the_close() -> None:

@@ -22,8 +22,8 @@ from opsarena.errors import MatchError
 from opsarena.match.controller import Controller, MatchPlan
 from opsarena.match.fold import fold_events
 from opsarena.store import SqliteEventStore
-from tests.conftest import ArenaRuns, new_match_id, podman_names
-from tests.match.test_seed_compat import incompatibilities
+from tests.conftest import ArenaRuns, new_match_id, podman_names, wait_for_event
+from tests.match.seed_record import incompatibilities
 
 pytestmark = pytest.mark.hosts
 
@@ -138,48 +138,36 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
         subprocess.run(["podman", "rmi", "--force", image], check=False, capture_output=True)
 
 
-def wait_for_event(db: Path, event_type: str, timeout: float = 120) -> str:
-    """The match id of the first event of `event_type` in `db`, once there is one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            with sqlite3.connect(db) as conn:
-                try:
-                    row = conn.execute(
-                        "SELECT match_id FROM events WHERE type = ? LIMIT 1", (event_type,)
-                    ).fetchone()
-                except sqlite3.OperationalError:
-                    row = None
-            if row:
-                return str(row[0])
-        time.sleep(0.2)
-    raise AssertionError(f"no {event_type} event within {timeout}s")
-
-
 def test_ctrl_c_ends_the_match_cleanly_and_leaves_no_host(
     arena_runs: ArenaRuns, tmp_path: Path
 ) -> None:
     db = tmp_path / "log.db"
     record_path = tmp_path / "record.json"
-    process = arena_runs.start(
-        db,
-        [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db),
-         "--builder", "a=human", "--builder", "b=scripted:wrong-health",
-         "--time-limit", "300", "--record", str(record_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    stderr = tmp_path / "stderr"
+    with stderr.open("wb") as stderr_file:
+        process = arena_runs.start(
+            db,
+            [sys.executable, "-m", "opsarena.cli.main", "run", "--quiet", "--db", str(db),
+             "--builder", "a=human", "--builder", "b=scripted:wrong-health",
+             "--time-limit", "300", "--record", str(record_path)],
+            stdout=subprocess.PIPE, stderr=stderr_file,
+        )  # fmt: skip
     try:
         match_id = wait_for_event(db, "match_started")
-        time.sleep(1.0)
+        wait_for_event(db, "attempt_started")  # the referee's task runs
         process.send_signal(signal.SIGUSR1)  # what it waits on, printed; the match goes on
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while b"--- task referee" not in stderr.read_bytes():
+            assert process.poll() is None and time.monotonic() < deadline, stderr.read_bytes()
+            time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)
+        out, _ = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
+    err = stderr.read_bytes()
     assert process.returncode == 0, err
-    assert b"unfinished tasks" in err and b"--- task referee" in err, err
+    assert b"unfinished tasks" in err, err
     record = json.loads(record_path.read_text())
     assert record["finish_reason"] == "aborted" and record["match_state"] == "finished"
     assert {t["state"] for t in record["territories"].values()} == {"removed"}

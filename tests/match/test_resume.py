@@ -16,8 +16,7 @@ from opsarena.match.fold import fold_events
 from opsarena.match.record import MatchRecord
 from opsarena.store import SqliteEventStore
 from tests.agents.contexts import script
-from tests.conftest import ArenaRuns, podman_names
-from tests.match.test_controller import wait_for_event
+from tests.conftest import ArenaRuns, podman_names, wait_for_event
 
 pytestmark = pytest.mark.hosts
 

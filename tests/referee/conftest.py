@@ -1,7 +1,9 @@
-"""Fixtures for referee tests: the built-in challenge, a recording `emit`, a match clock."""
+"""Fixtures for referee tests: the built-in challenge, a recording `emit`, a match clock,
+and a check that never answers (`test-hang`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +11,8 @@ from typing import Any
 import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
+from opsarena.hosts import Host
+from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.referee import Referee
 
 
@@ -43,3 +47,16 @@ def make_referee(challenge: Challenge, log: EventLog, seed: bytes = b"calibratio
         emit=log.emit,
         clock=lambda: int((time.monotonic() - started) * 1000),
     )
+
+
+@register_check("test-hang")
+async def hang(host: Host, ctx: CheckContext) -> Verdict:
+    """A check that never answers: its attempt ends only by a timeout or a cancellation."""
+    await asyncio.sleep(3600)
+    return Verdict.passed({})
+
+
+def one_milestone(challenge: Challenge, check: str) -> Challenge:
+    """`challenge` with its first milestone only, judged by `check`."""
+    first = challenge.milestones[0].model_copy(update={"check": check})
+    return challenge.model_copy(update={"milestones": [first]})

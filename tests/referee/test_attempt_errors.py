@@ -21,7 +21,7 @@ from opsarena.match.events import parse_data
 from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.referee import Referee
 from opsarena.store import MAX_EVENT_BYTES, SqliteEventStore, StoredEvent, chain_problems
-from tests.referee.test_stray_cancel import one_milestone  # registers test-hang too
+from tests.referee.conftest import one_milestone
 
 HOSTILE, HONEST = "hostile", "honest"
 

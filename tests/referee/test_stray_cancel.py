@@ -15,7 +15,7 @@ import pytest
 from opsarena.challenges import Challenge
 from opsarena.hosts import Host
 from opsarena.referee.contract import CheckContext, Verdict, register_check
-from tests.referee.conftest import EventLog, make_referee
+from tests.referee.conftest import EventLog, make_referee, one_milestone
 
 CALLS: list[int] = []
 
@@ -26,17 +26,6 @@ async def stray_cancel(host: Host, ctx: CheckContext) -> Verdict:
     if ctx.attempt == 1:
         raise asyncio.CancelledError  # not a cancellation of this task
     return Verdict.passed({"health": "ready"})
-
-
-@register_check("test-hang")
-async def hang(host: Host, ctx: CheckContext) -> Verdict:
-    await asyncio.sleep(3600)
-    return Verdict.passed({})
-
-
-def one_milestone(challenge: Challenge, check: str) -> Challenge:
-    first = challenge.milestones[0].model_copy(update={"check": check})
-    return challenge.model_copy(update={"milestones": [first]})
 
 
 async def test_a_stray_cancellation_ends_its_attempt_as_a_referee_error(
@@ -59,7 +48,9 @@ async def test_a_real_cancellation_still_cuts_the_attempt_off(challenge: Challen
     referee = make_referee(one_milestone(challenge, "test-hang"), log)
     referee.add_territory("t", object())  # type: ignore[arg-type]
     task = asyncio.create_task(referee.evaluate_next("t"))
-    await asyncio.sleep(0.05)
+    while not log.of("attempt_started"):  # the attempt is under way, in the hanging check
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -24,9 +24,7 @@ from opsarena.agents.cage import DEFAULT_LIMITS, SCRATCH_BYTES
 from opsarena.agents.command import GATE_BUDGET, CommandAgent
 from opsarena.hosts import Host
 from tests.agents.contexts import Events, cmdline, recording_context, script
-from tests.hardening.conftest import SharedHosts, shared_hosts
-
-__all__ = ["shared_hosts"]  # fixture
+from tests.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
 
@@ -210,7 +208,9 @@ async def test_signals_to_the_controller_never_arrive(
 ) -> None:
     host = await shared_hosts("attacker")
     received: list[int] = []
+    marks: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signo, _frame: received.append(signo))
+    previous_mark = signal.signal(signal.SIGUSR2, lambda signo, _frame: marks.append(signo))
     try:
         out, _err, _ = await run_attack(
             host,
@@ -224,9 +224,13 @@ async def test_signals_to_the_controller_never_arrive(
             kill -USR1 -1; echo "all $?"
             """,
         )
-        await asyncio.sleep(0.2)
+        # raise_signal runs the handlers of every signal already arrived before it returns,
+        # lower numbers first: SIGUSR1's, had the attack's come, then this mark's.
+        signal.raise_signal(signal.SIGUSR2)
+        assert marks == [signal.SIGUSR2]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+        signal.signal(signal.SIGUSR2, previous_mark)
     assert received == []
     for what in ("probe", "usr1", "init"):
         assert re.search(rf"^{what} [1-9]", out, re.M), (what, out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from pathlib import Path
 
@@ -33,9 +34,10 @@ register_agent_kind(
 
 
 async def test_only_the_territorys_token_or_the_operator_key_declares_it_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OPSARENA_OPERATOR_KEY", str(tmp_path / "operator.key"))
+    caplog.set_level(logging.WARNING, logger="opsarena.match.controller")
     plan = MatchPlan(
         challenge=find_challenge("durable-records"),
         competitors=[
@@ -57,23 +59,35 @@ async def test_only_the_territorys_token_or_the_operator_key_declares_it_done(
         async def types() -> list[str]:
             return [e.type for e in await store.read(m)]
 
+        def refusals(what: str) -> list[str]:
+            lines = [r.getMessage() for r in caplog.records]
+            return [line for line in lines if line == f"refused opsarena done for {what}"]
+
         match = asyncio.create_task(Controller(plan, store).run())
         try:
             deadline = time.monotonic() + 150
             while "match_started" not in await types():
                 assert time.monotonic() < deadline and not match.done()
                 await asyncio.sleep(0.2)
-            await asyncio.sleep(0.5)  # the controller watches from here on
+            # A refused request's line in the arena's log proves the controller follows
+            # the log from here on (it reads only what comes after its start).
+            while not refusals("bot: not a person's territory"):
+                assert time.monotonic() < deadline and not match.done()
+                await request("bot", "probe")
+                await asyncio.sleep(0.2)
             alice, bob = plan.done_token("alice"), plan.done_token("bob")
+            key = operator_key()
+            assert key is not None, "the controller made the operator key"
+            await request("bot", done_proof(key, m, "bot"), "operator")  # not a person's
             await request("alice", done_proof(bob, m, "alice"))  # another person's token
             await request("alice", done_proof(alice, m, "bob"))  # a proof for bob, as alice
             await request("alice", done_proof(alice, "other-match", "alice"))
             await request("alice", hashlib.sha256(alice.encode()).hexdigest())  # a hash is none
             await request("alice", done_proof("guess", m, "alice"), "operator")
-            key = operator_key()
-            assert key is not None, "the controller made the operator key"
-            await request("bot", done_proof(key, m, "bot"), "operator")  # not a person's
-            await asyncio.sleep(2.0)  # the controller polls the log every 0.25 s
+            # Requests are answered in log order: the fifth refusal for alice is the last.
+            while len(refusals("alice: the proof does not hold")) < 5:
+                assert time.monotonic() < deadline and not match.done()
+                await asyncio.sleep(0.05)
             assert "competitor_done" not in await types()
             await request("alice", done_proof(alice, m, "alice"))
             await request("bob", done_proof(key, m, "bob"), "operator")

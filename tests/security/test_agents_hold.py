@@ -16,9 +16,7 @@ import pytest
 
 from opsarena.agents.throttle import ThrottledHost
 from opsarena.hosts import ExecResult
-from tests.hardening.conftest import SharedHosts, shared_hosts
-
-__all__ = ["shared_hosts"]  # fixture
+from tests.conftest import SharedHosts
 
 pytestmark = pytest.mark.hosts
 

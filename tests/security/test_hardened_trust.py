@@ -16,7 +16,6 @@ the challenge's own registered checks judge the host, exactly as the referee run
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shutil
 import tempfile
@@ -29,27 +28,13 @@ from opsarena.challenges import builtin_challenge
 from opsarena.hosts import Host
 from opsarena.referee.contract import CheckContext, Verdict, get_check
 from tests.conftest import HostFactory
+from tests.security.red_team import HEALTH, USER, deploy, sh
 
 pytestmark = pytest.mark.hosts
 
 CHALLENGE = builtin_challenge("hardened-service")
-USER = "svc"
 SERVERS = "pgrep -f '^/usr/bin/python3 /opt/server.py'"
 """The red-team server's processes (not the shell that asks)."""
-HEALTH = (
-    "def serve(s):\n"
-    "    while True:\n"
-    "        c, _ = s.accept()\n"
-    "        c.recv(65536)\n"
-    "        c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: 5\\r\\n\\r\\nready')\n"
-    "        c.close()\n"
-    "def bound():\n"
-    "    s = socket.socket()\n"
-    "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-    "    s.bind(('0.0.0.0', 8080))\n"
-    "    s.listen(16)\n"
-    "    return s\n"
-)
 SAVED_ROOT = (
     "import os, pwd, socket\n" + HEALTH + "s = bound()  # as root\n"
     f"pw = pwd.getpwnam({USER!r})\n"
@@ -86,39 +71,6 @@ def context(milestone: str) -> CheckContext:
 async def judge(host: Host, milestone: str) -> Verdict:
     check = next(m.check for m in CHALLENGE.milestones if m.id == milestone)
     return await get_check(check)(host, context(milestone))
-
-
-async def sh(host: Host, script: str) -> str:
-    result = await host.exec(script, timeout=60)
-    assert result.exit_code == 0, (script, result.stderr.decode(errors="replace"))
-    return result.stdout.decode(errors="replace")
-
-
-async def deploy(host: Host, program: str, service: str) -> None:
-    """A clean host (the service's user, /var/tmp closed) whose builder-app.service runs
-    `program` with the `service` lines, listening on 8080."""
-    await host.write_file("/opt/server.py", program.encode())
-    unit = (
-        "[Unit]\nDescription=red team\n\n[Service]\n"
-        f"{service}ExecStart=/usr/bin/python3 /opt/server.py\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
-    await host.write_file("/etc/systemd/system/builder-app.service", unit.encode())
-    await sh(
-        host,
-        f"useradd --system --no-create-home --shell /usr/sbin/nologin {USER}\n"
-        "chmod 1770 /var/tmp\n"
-        "systemctl daemon-reload && systemctl enable --now builder-app.service\n",
-    )
-    for _ in range(200):
-        try:
-            _reader, writer = await host.connect(8080, timeout=2)
-        except ConnectionRefusedError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError("nothing listened on 8080")
 
 
 async def test_a_server_keeping_a_saved_root_uid_fails_service_user(

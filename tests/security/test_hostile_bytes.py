@@ -51,11 +51,9 @@ from opsarena.match.fold import fold_events
 from opsarena.referee.contract import CheckContext, Verdict, get_check, register_check
 from opsarena.referee.referee import Referee
 from opsarena.store import SqliteEventStore, StoredEvent, chain_problems
-from tests.conftest import new_match_id, podman_names
-from tests.hardening.conftest import SharedHosts
+from tests.conftest import SharedHosts, new_match_id, podman_names
 from tests.hardening.hostile import REPLAY_PORT, STAGE_PORT, on_port, stage, start_hostile_server
-from tests.security.test_hardened_trust import HEALTH, USER, deploy, sh
-from tests.security.test_hosts_trust import wait_listening
+from tests.security.red_team import HEALTH, USER, deploy, sh, wait_listening
 
 pytestmark = pytest.mark.hosts
 

@@ -30,7 +30,7 @@ import pytest
 from opsarena.hosts import Host, kernel, powerdisk
 from opsarena.hosts.podman import PodmanHost
 from tests.conftest import HostFactory
-from tests.security.test_hosts_trust import INOTIFY_HOG, sh
+from tests.security.red_team import INOTIFY_HOG, sh
 
 pytestmark = pytest.mark.hosts
 

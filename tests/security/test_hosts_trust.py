@@ -29,6 +29,7 @@ from opsarena.referee.contract import CheckContext, Verdict, get_check
 from opsarena.referee.ownership import port_ownership_verdict
 from opsarena.referee.referee import Referee, enforce_table
 from tests.conftest import HostFactory
+from tests.security.red_team import INOTIFY_HOG, sh, wait_listening
 
 pytestmark = pytest.mark.hosts
 
@@ -56,12 +57,6 @@ def challenge() -> Challenge:
     return builtin_challenge("durable-records")
 
 
-async def sh(host: Host, script: str, timeout: float = 30.0) -> str:
-    result = await host.exec(script, timeout=timeout)
-    assert result.exit_code == 0, (script, result.stderr.decode(errors="replace"))
-    return result.stdout.decode(errors="replace")
-
-
 async def deploy_unit(
     host: Host, exec_start: str, *, extra: str = "", listens: bool = True
 ) -> None:
@@ -77,18 +72,6 @@ async def deploy_unit(
     await sh(host, f"systemctl daemon-reload && systemctl enable --now {UNIT}")
     if listens:
         await wait_listening(host)
-
-
-async def wait_listening(host: Host, port: int = PORT) -> None:
-    for _ in range(200):
-        try:
-            _reader, writer = await host.connect(port, timeout=2)
-        except ConnectionRefusedError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError(f"nothing listened on {port}")
 
 
 IN_MEMORY = f"/usr/bin/python3 /opt/records_server.py --port {PORT} --in-memory"
@@ -316,19 +299,6 @@ async def test_a_planted_mount_cannot_fake_the_freeze(host_factory: HostFactory)
 
 
 # ---- kernel limits, namespaces, cgroups ------------------------------------------------
-
-
-INOTIFY_HOG = (
-    "import ctypes, os, time\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "held = []\n"
-    "while True:\n"
-    "    fd = libc.inotify_init1(0)\n"
-    "    if fd < 0: break\n"
-    "    held.append(fd)\n"
-    "open('/run/hog', 'w').write(str(len(held)))\n"
-    "time.sleep(3600)\n"
-)
 
 
 async def test_inotify_exhaustion_in_a_host_leaves_the_arena_and_neighbours_alone(

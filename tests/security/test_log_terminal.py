@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from opsarena.cli import records as records_cli
 from opsarena.cli.main import main
 from opsarena.cli.output import printable
-from opsarena.errors import HostBootError
 from opsarena.store import SqliteEventStore
-from tests.match.test_fold import Plan, simulate
+from tests.match.simulated import Plan, simulate
 
 ESCAPES = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m\u202egnp.exe"
 TERRITORY = "t\x1b[8m"
@@ -59,19 +57,16 @@ def test_show_ls_and_events_print_no_control_byte_from_the_log(tmp_path: Path) -
     assert "t\\x1b[8m" in shown and "\\x1b]52;c;" in shown
 
 
-def test_an_error_quoting_a_host_prints_no_control_byte(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_an_error_quoting_others_text_prints_no_control_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`fail` prints exception text, and a host shapes some of it (a D-Bus error body,
-    the systemd state a readiness wait last saw): an error carrying ESC sequences, a
-    bidi override and a carriage return comes out as visible escapes, on one line."""
-
-    async def boom(_store: object, _match_id: str) -> None:
-        raise HostBootError(f"h was not ready within 5s (systemd: {ESCAPES}\rforged)")
-
-    monkeypatch.setattr(records_cli, "load_record", boom)
+    """`fail` prints exception text, and others shape some of it (a D-Bus error body, the
+    systemd state a readiness wait last saw, a path the operator was handed): an error
+    quoting ESC sequences, a bidi override and a carriage return comes out as visible
+    escapes, on one line. Here the path of a log that does not exist."""
+    db = tmp_path / f"{ESCAPES}\rforged" / "log.db"
     with pytest.raises(SystemExit) as exited:
-        main(["show", "m1", "--db", str(tmp_path / "log.db")])
+        main(["show", "m1", "--db", str(db)])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in err), err

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opsarena.store import SqliteEventStore, event_hash
-from tests.match.test_fold import DEMO_PLANS, Plan, demo_events, fold_dicts, simulate
+from tests.match.simulated import DEMO_PLANS, Plan, demo_events, fold_dicts, simulate
 
 
 def opsarena(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -151,7 +151,7 @@ def test_an_impossible_log_is_shown_as_such(tmp_path: Path) -> None:
 
 
 def test_verify_passes_an_intact_log_and_says_exit_2_for_bad_input(tmp_path: Path) -> None:
-    from tests.match.test_commitment import NONCE, SEED, committed_events
+    from tests.match.simulated import NONCE, SEED, committed_events
 
     db = tmp_path / "verify.db"
     fill(db, committed_events("v1"))

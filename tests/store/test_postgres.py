@@ -22,13 +22,12 @@ from rich.console import Console
 from opsarena.cli import tournament as cli_tournament
 from opsarena.errors import LogTamperedError, StoreError
 from opsarena.store import SqliteEventStore, chain_problems, open_store
-from opsarena.store import postgres as postgres_store
-from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore
+from opsarena.store.postgres import SCHEMA_VERSION, PostgresEventStore, follow_safety_poll_s
 from opsarena.web.server import ScoreboardServer
 from opsarena.web.tournament import tournament_messages
-from tests.match.test_fold import Plan, simulate
+from tests.match.simulated import Plan, simulate
 from tests.pg import new_database, postgres_for_tests
-from tests.tournament.test_record import created, ended, started
+from tests.tournament.logs import created, ended, started
 from tests.web.sse import messages
 
 
@@ -212,7 +211,18 @@ def test_run_show_and_serve_read_postgres(url: str) -> None:
 def notified_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Followers read only when notified: the safety poll is pushed out of any test's
     reach, so whatever arrives within seconds came by LISTEN/NOTIFY."""
-    monkeypatch.setattr(postgres_store, "FOLLOW_SAFETY_POLL_S", 120.0)
+    monkeypatch.setenv("OPSARENA_FOLLOW_POLL_S", "120")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan"])
+def test_a_follow_poll_that_is_not_seconds_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("OPSARENA_FOLLOW_POLL_S", value)
+    with pytest.raises(StoreError, match=r"^OPSARENA_FOLLOW_POLL_S=.* is not a number of seconds"):
+        follow_safety_poll_s()
+    monkeypatch.setenv("OPSARENA_FOLLOW_POLL_S", "0.5")
+    assert follow_safety_poll_s() == 0.5
 
 
 LIVE_S = 15.0
@@ -222,12 +232,13 @@ LIVE_S = 15.0
 async def test_a_waiter_for_some_matches_wakes_at_their_appends_only(
     url: str, notified_only: None
 ) -> None:
-    with open_store(url) as store, open_store(url) as other:
-        async with store.changes() as wake:
+    with open_store(url) as store, open_store(url) as other, open_store(url) as third:
+        async with store.changes() as wake, third.changes() as third_wake:
             waiting = asyncio.create_task(wake({"a", "b"}, 60.0))
+            witness = asyncio.create_task(third_wake("c", 60.0))
             await other.append("c", "x", {}, 0)
-            await asyncio.sleep(1.0)
-            assert not waiting.done()  # another match's append does not wake it
+            await asyncio.wait_for(witness, LIVE_S)  # the notification for c went out
+            assert not waiting.done()  # and another match's append did not wake this one
             await other.append("b", "x", {}, 0)
             await asyncio.wait_for(waiting, LIVE_S)
 
@@ -244,7 +255,7 @@ async def test_a_waiter_cancelled_as_its_notification_lands_is_cancelled(
         for _ in range(3):
             async with store.changes() as wake:
                 waiting = asyncio.create_task(wake("m", 60.0))
-                await asyncio.sleep(0.01)  # it waits for a notification now
+                await asyncio.sleep(0)  # one turn of the loop: it waits for a notification now
                 assert not waiting.done()
                 # What the LISTEN thread hands over, then the cancel, before it resumes.
                 wake.__self__._deliver("m")  # type: ignore[attr-defined]
@@ -295,27 +306,35 @@ def _tournament_event(store: Any, kind: str, data: dict[str, Any]) -> None:
     store.append_blocking(TOURNAMENT, kind, data, 0)
 
 
+async def printed(out: io.StringIO, line: str) -> None:
+    """Return once `line` is in `out` (LIVE_S of waiting fails the test)."""
+    deadline = time.monotonic() + LIVE_S
+    while line not in out.getvalue():
+        assert time.monotonic() < deadline, out.getvalue()
+        await asyncio.sleep(0.05)
+
+
 async def test_tournament_progress_is_woken_by_the_log_not_a_timer(
-    url: str, notified_only: None, monkeypatch: pytest.MonkeyPatch
+    url: str, notified_only: None
 ) -> None:
-    monkeypatch.setattr(cli_tournament, "POLL_S", 120.0)  # a timer would not fire in time
+    """On PostgreSQL the watcher's `POLL_S` is not used: with the safety poll pushed away,
+    only the notification of the tournament's append can wake it in time."""
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=200)
     with open_store(url) as store, open_store(url) as writer:
         _tournament_event(writer, "tournament_created", created())
         _tournament_event(writer, "tournament_started", {"parallel": 2})
+        _tournament_event(writer, *started(2, 1, "tx-2"))
+        _tournament_event(writer, *ended(2, 1, "tx-2", True))
         _tournament_event(writer, *started(1, 1, "tx-1"))
         stop = asyncio.Event()
         watching = asyncio.create_task(
             cli_tournament._watch(store, "tx", console, live=False, stop=stop)
         )
-        await asyncio.sleep(1.0)  # its first look
-        assert out.getvalue() == ""
+        await printed(out, "slot 2/2 match tx-2: counted")  # its first look is done
+        assert "tx-1" not in out.getvalue()
         await asyncio.to_thread(_tournament_event, writer, *ended(1, 1, "tx-1", True))
-        deadline = time.monotonic() + LIVE_S
-        while "slot 1/2 match tx-1: counted" not in out.getvalue():
-            assert time.monotonic() < deadline, out.getvalue()
-            await asyncio.sleep(0.05)
+        await printed(out, "slot 1/2 match tx-1: counted")
         stop.set()
         await asyncio.wait_for(watching, LIVE_S)
 

@@ -10,7 +10,6 @@ webdav) above every flawed builder with non-overlapping 95 % intervals.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -21,11 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from opsarena.errors import NoEventLogError
-from opsarena.store import SqliteEventStore
-from opsarena.tournament import fold_tournament, stream_id
 from opsarena.tournament.record import TournamentRecord
 from tests.conftest import ArenaRuns, new_match_id, podman_names
+from tests.tournament.logs import match_events, read_tournament
 
 pytestmark = pytest.mark.hosts
 
@@ -33,21 +30,6 @@ OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tournament-scripted.toml"
 FLAWED = ("in-memory", "volatile", "not-enabled", "wrong-health", "idle")
 CORRECT = ("reference", "webdav")
-
-
-def read_tournament(db: Path, tournament_id: str) -> TournamentRecord | None:
-    try:
-        store = SqliteEventStore(db, read_only=True)
-    except NoEventLogError:  # not yet: the run is still creating its log
-        return None
-    with store:
-        events = asyncio.run(store.read(stream_id(tournament_id)))
-    return fold_tournament(events) if events else None
-
-
-def match_events(db: Path, match_id: str) -> list[str]:
-    with SqliteEventStore(db, read_only=True) as store:
-        return [e.type for e in asyncio.run(store.read(match_id))]
 
 
 def wait_until_mid_tournament(

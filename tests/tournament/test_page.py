@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.browser import ARTIFACTS, WAIT_S, chromium, wait_for
 from tests.conftest import ArenaRuns, new_match_id, podman_names
-from tests.web.test_browser import ARTIFACTS, WAIT_S, _chromium, _wait_for, served
 
 pytestmark = pytest.mark.hosts
 
@@ -34,16 +34,14 @@ agent = "scripted:in-memory"
 agent = "scripted:idle"
 """
 
-__all__ = ["served"]  # the fixture, imported for this module
-
 
 def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
-    served: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
+    opsarena_serve: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
 ) -> None:
     from playwright.sync_api import Route, expect, sync_playwright
 
-    executable = _chromium()
-    url, db = served
+    executable = chromium()
+    url, db = opsarena_serve
     file = tmp_path / "small.toml"
     file.write_text(SMALL)
     tournament_id = new_match_id("tour")
@@ -56,7 +54,7 @@ def test_the_page_follows_a_running_tournament_and_the_report_needs_no_network(
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        _wait_for(
+        wait_for(
             lambda: (
                 httpx.get(f"{url}/api/tournaments/{tournament_id}", timeout=10).status_code == 200
                 or run.poll() is not None

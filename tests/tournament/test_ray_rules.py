@@ -20,7 +20,7 @@ from opsarena.tournament.capacity import (
     node_territories,
 )
 from opsarena.tournament.record import LOST_REPLAYS
-from tests.tournament.test_record import created, log, started
+from tests.tournament.logs import created, log, started
 
 OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 

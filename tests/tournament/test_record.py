@@ -10,7 +10,7 @@ import pytest
 
 from opsarena.errors import EventLogError, TournamentError
 from opsarena.match.record import AgentRecord, MatchRecord, MilestoneRecord, TerritoryRecord
-from opsarena.store import SqliteEventStore, StoredEvent
+from opsarena.store import SqliteEventStore
 from opsarena.tournament import (
     eta_s,
     fold_tournament,
@@ -21,45 +21,7 @@ from opsarena.tournament import (
 )
 from opsarena.tournament.record import TournamentFolder
 from opsarena.tournament.runner import TournamentRunner, _start_ticks, is_alive, this_process
-
-SEED = "00112233445566778899aabbccddeeff"
-
-
-def created() -> dict[str, Any]:
-    return {
-        "tournament_id": "tx",
-        "name": "n",
-        "source": "f.toml",
-        "base_dir": "/tmp",
-        "text": "",
-        "seed": SEED,
-        "seed_commitment": seed_commitment(bytes.fromhex(SEED)),
-        "retries": 1,
-        "competitors": {"a": "scripted:reference", "b": "scripted:idle"},
-        "slots": [
-            {"slot": 1, "challenge": "durable-records", "trial": 1, "group": ["a", "b"]},
-            {"slot": 2, "challenge": "durable-records", "trial": 2, "group": ["a", "b"]},
-        ],
-    }
-
-
-def log(*events: tuple[str, dict[str, Any]]) -> list[StoredEvent]:
-    return [
-        StoredEvent("tournament:tx", seq, kind, seq * 10, f"2026-01-01T00:00:{seq:02d}Z", data)
-        for seq, (kind, data) in enumerate(events, 1)
-    ]
-
-
-def started(slot: int, attempt: int, match_id: str) -> tuple[str, dict[str, Any]]:
-    return ("slot_match_started", {"slot": slot, "attempt": attempt, "match_id": match_id})
-
-
-def ended(slot: int, attempt: int, match_id: str, counted: bool) -> tuple[str, dict[str, Any]]:
-    return (
-        "slot_match_ended",
-        {"slot": slot, "attempt": attempt, "match_id": match_id, "counted": counted,
-         "why": "" if counted else "the match was aborted"},
-    )  # fmt: skip
+from tests.tournament.logs import SEED, created, ended, log, started
 
 
 def test_a_whole_tournament_folds_and_reveals_its_seed_at_the_end() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ArenaRuns, new_match_id, podman_names
-from tests.tournament.test_end_to_end import match_events, read_tournament
+from tests.tournament.logs import match_events, read_tournament
 
 pytestmark = pytest.mark.hosts
 

@@ -58,7 +58,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
 @contextlib.contextmanager
 def serving(db: Path, events: list[dict[str, Any]]) -> Iterator[str]:
     """A scoreboard (its base URL) serving `db` filled with `events` (envelopes as
-    `tests.match.test_fold.simulate` makes them)."""
+    `tests.match.simulated.simulate` makes them)."""
     with SqliteEventStore(db) as store:
         for event in events:
             store.append_blocking(

@@ -9,25 +9,19 @@ certainly not passed) before the milestone can pass. The screenshot goes to arti
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.agents.records_service import APP, UNIT
+from tests.browser import ARTIFACTS, WAIT_S, chromium, wait_for
 from tests.conftest import ArenaRuns
 
 pytestmark = pytest.mark.hosts
-
-CHROMIUM = Path(os.environ.get("OPSARENA_CHROMIUM", "/usr/bin/chromium"))
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-WAIT_S = 120.0
 
 GATED = """\
 import os, pathlib, shlex, subprocess, sys, time
@@ -49,23 +43,6 @@ time.sleep(120)  # stay in the match until the referee finds the service durable
 """
 
 
-def _chromium() -> Path:
-    if CHROMIUM.is_file():
-        return CHROMIUM
-    reason = f"chromium not found at {CHROMIUM} (apt install chromium, or set OPSARENA_CHROMIUM)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _wait_for(condition: object, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not callable(condition) or not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def _started(db: Path) -> str:
     """The id of the match that started in `db`, or "" while none has."""
     if not db.exists():
@@ -84,37 +61,13 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "opsarena.cli.main", *args]
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """`opsarena serve` on a free port, as a subprocess: (its URL, its database)."""
-    db = tmp_path / "live.db"
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(
-        _cli("serve", "--port", "0", "--db", str(db)), stdout=log, stderr=subprocess.STDOUT
-    )
-    found: list[str] = []
-
-    def started() -> bool:
-        assert server.poll() is None, (tmp_path / "serve.log").read_text()
-        found[:] = re.findall(r"http://127\.0\.0\.1:\d+", (tmp_path / "serve.log").read_text())
-        return bool(found)
-
-    try:
-        _wait_for(started, "opsarena serve to listen", timeout=30)
-        yield found[0], db
-    finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
-
-
 def test_chip_turns_passed_live(
-    served: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
+    opsarena_serve: tuple[str, Path], arena_runs: ArenaRuns, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    executable = _chromium()
-    url, db = served
+    executable = chromium()
+    url, db = opsarena_serve
     work = tmp_path / "gated"
     work.mkdir(mode=0o755)
     work.chmod(0o755)  # the confined agent runs as an unprivileged user
@@ -143,7 +96,7 @@ def test_chip_turns_passed_live(
         text=True,
     )
     try:
-        _wait_for(lambda: _started(db) or match.poll() is not None, "the match")
+        wait_for(lambda: _started(db) or match.poll() is not None, "the match")
         assert match.poll() is None, match.communicate()[0]
         match_id = _started(db)
         with sync_playwright() as playwright:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from opsarena.match.commitment import seed_commitment
-from tests.match.test_fold import Plan, simulate
+from tests.browser import chromium
+from tests.match.simulated import Plan, simulate
 from tests.web.conftest import serving
-from tests.web.test_browser import _chromium
 
 SCRIPT = "<script>window.__pwned = 'script'</script>"
 IMG = "<img src=x onerror=\"window.__pwned='img'\">"
@@ -81,7 +81,7 @@ def test_the_api_serves_competitor_text_as_json_and_the_commitment_not_the_seed(
 def test_the_page_shows_hostile_text_literally_and_runs_none_of_it(served: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    executable = _chromium()
+    executable = chromium()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(executable))
         page = browser.new_page()

@@ -22,10 +22,10 @@ import pytest
 from opsarena.ratings.leaderboard import Entry, MatchOutcome, leaderboard
 from opsarena.tournament import fold_tournament
 from opsarena.web.tournament import report_html
-from tests.match.test_fold import Plan, demo_events, simulate
-from tests.tournament.test_record import created, ended, log, started
+from tests.browser import chromium
+from tests.match.simulated import Plan, demo_events, simulate
+from tests.tournament.logs import created, ended, log, started
 from tests.web.conftest import serving
-from tests.web.test_browser import _chromium
 
 ABSENT = re.compile(r"\b(null|undefined|NaN)\b")
 SHOWN = """() => [...document.querySelectorAll('body, body *')]
@@ -63,7 +63,7 @@ def test_no_page_prints_null_or_undefined_for_an_absent_field(served: str) -> No
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(_chromium()))
+        browser = playwright.chromium.launch(executable_path=str(chromium()))
         page = browser.new_page()
         page.goto(f"{served}/")
         expect(page.locator("#rows tr")).to_have_count(2, timeout=30_000)
@@ -125,7 +125,7 @@ def test_the_cost_plot_labels_of_coinciding_points_do_not_overlap(tmp_path: Path
 
     shared = report(tmp_path / "report.html")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(_chromium()))
+        browser = playwright.chromium.launch(executable_path=str(chromium()))
         page = browser.new_page(viewport={"width": 1200, "height": 1400})
         page.goto(shared.as_uri())
         expect(page.locator("#state")).to_have_text("finished")

@@ -41,6 +41,8 @@ import asyncio
 import collections
 import contextlib
 import json
+import math
+import os
 import re
 import threading
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
@@ -82,7 +84,8 @@ CONNECT_TIMEOUT_S = 10.0
 POOL_MAX = 8
 """Connections one store holds at most; appends and reads queue for them beyond that."""
 FOLLOW_SAFETY_POLL_S = 2.0
-"""How often a follower reads even without a notification (a dropped LISTEN connection)."""
+"""How often a follower reads even without a notification (a dropped LISTEN connection);
+`OPSARENA_FOLLOW_POLL_S` sets another (see `follow_safety_poll_s`)."""
 _SCHEMA_LOCK = 0x6F70_7361_7265_6E61  # "opsarena": the advisory lock held while migrating
 
 _MIGRATIONS: dict[int, str] = {
@@ -505,9 +508,9 @@ class PostgresEventStore(BlockingEventStore):
     async def changes(self) -> AsyncIterator[Wake]:
         """A LISTEN on a connection of its own: `wake(match_id, poll_s)` returns when an
         appender notified that match (any of them, for a collection; any match, for `""`),
-        or after `FOLLOW_SAFETY_POLL_S` (a read then catches anything a broken connection
+        or after `follow_safety_poll_s()` (a read then catches anything a broken connection
         missed); `poll_s` is ignored. The connection is closed when the block ends."""
-        listener = _Listener(self, asyncio.get_running_loop())
+        listener = _Listener(self, asyncio.get_running_loop(), follow_safety_poll_s())
         await asyncio.to_thread(listener.start)
         try:
             yield listener.wait
@@ -518,13 +521,33 @@ class PostgresEventStore(BlockingEventStore):
         self._pool.close()
 
 
+def follow_safety_poll_s() -> float:
+    """Seconds a follower waits for a notification before it reads anyway:
+    `$OPSARENA_FOLLOW_POLL_S` when set (shorter where notifications can be lost, longer to
+    read less), else `FOLLOW_SAFETY_POLL_S`. Raises `StoreError` for a value that is not a
+    number of seconds above 0."""
+    value = os.environ.get("OPSARENA_FOLLOW_POLL_S", "")
+    if not value:
+        return FOLLOW_SAFETY_POLL_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise StoreError(f"OPSARENA_FOLLOW_POLL_S={value!r} is not a number of seconds above 0")
+    return seconds
+
+
 class _Listener:
     """One LISTEN connection read by a daemon thread, which hands each notification to the
     waiter's event loop; a waiting reader holds no thread."""
 
-    def __init__(self, store: PostgresEventStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, store: PostgresEventStore, loop: asyncio.AbstractEventLoop, safety_poll_s: float
+    ) -> None:
         self._store = store
         self._loop = loop
+        self._safety_poll_s = safety_poll_s
         self._conn: psycopg.Connection[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -556,9 +579,9 @@ class _Listener:
 
     async def wait(self, match_id: str | Collection[str], poll_s: float) -> None:
         """Return once a notification for `match_id` (see `Wake`) arrives, or after
-        `FOLLOW_SAFETY_POLL_S`."""
+        its safety poll."""
         wanted = wanted_matches(match_id)
-        deadline = self._loop.time() + FOLLOW_SAFETY_POLL_S
+        deadline = self._loop.time() + self._safety_poll_s
         while True:
             while self._inbox:
                 if wanted is None or self._inbox.popleft() in wanted:
