@@ -1,7 +1,9 @@
-"""`opsarena challenges`: list the built-in challenges, print a brief, validate a directory."""
+"""`opsarena challenges`: list the built-in challenges, print a brief, validate a directory,
+calibrate a challenge on real hosts, scaffold a new one."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import typer
@@ -14,10 +16,12 @@ from opsarena.challenges import (
     find_challenge,
     load_challenge,
 )
+from opsarena.challenges.calibrate import Measured, load_calibration, podman_hosts, run_calibration
 from opsarena.challenges.catalog import placed_files
+from opsarena.challenges.scaffold import scaffold
 from opsarena.challenges.setup import brief_for
 from opsarena.cli.output import console, err_console, printable
-from opsarena.errors import ChallengeError
+from opsarena.errors import ChallengeError, UsageError
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
 
@@ -88,6 +92,71 @@ def validate(
     console.print(
         f"{file}: valid challenge {challenge.name!r} ({len(challenge.milestones)} milestones, "
         f"{challenge.total_points} points, {len(placed_files(challenge))} files placed)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("calibrate")
+def calibrate(
+    name: Annotated[str, typer.Argument(help="A built-in challenge, or a challenge directory.")],
+    builders: Annotated[
+        str | None,
+        typer.Option("--builders", help="Only these builders, comma-separated (a,b)."),
+    ] = None,
+    parallel: Annotated[
+        int, typer.Option("--parallel", min=1, max=8, help="Builders calibrated at once.")
+    ] = 1,
+    driver: Annotated[str, typer.Option("--driver", help="Host driver.")] = "podman",
+) -> None:
+    """Run the challenge's calibration (calibration.toml) on real hosts: each builder
+    alone on a fresh host; print expected vs measured points and stop; exit 1 on any
+    mismatch."""
+    challenge = find_challenge(name)
+    plan = load_calibration(challenge)
+    chosen = None
+    if builders is not None:
+        chosen = [b.strip() for b in builders.split(",") if b.strip()]
+        if not chosen:
+            raise UsageError("--builders names no builder: give a,b")
+    selected = plan.select(chosen)
+
+    def report(measured: Measured) -> None:
+        seed = measured.seed.decode(errors="replace")
+        console.print(f"{measured.line()} (seed {seed})", markup=False, soft_wrap=True)
+
+    console.print(
+        f"calibrating {challenge.name}: {len(selected)} builder(s) on {driver} hosts",
+        markup=False,
+    )
+    results = asyncio.run(
+        run_calibration(
+            plan, podman_hosts(plan.challenge, driver=driver), chosen, parallel=parallel,
+            report=report,
+        )
+    )  # fmt: skip
+    bad = [m for m in results if not m.ok]
+    console.print(
+        f"{challenge.name}: {len(results) - len(bad)}/{len(results)} as calibrated"
+        + (f"; MISMATCH: {', '.join(m.expected.builder for m in bad)}" if bad else ""),
+        markup=False,
+    )
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("new")
+def new(
+    path: Annotated[
+        str, typer.Argument(help="The new challenge directory (its name is the challenge's).")
+    ],
+) -> None:
+    """Scaffold a challenge directory (challenge.toml, checks.py, builders.py with
+    `reference` and `idle`, calibration.toml, files/) that validates and calibrates."""
+    directory = scaffold(path)
+    console.print(
+        f"{directory}: new challenge {directory.name!r}; check it with `opsarena challenges "
+        f"validate {directory}`, calibrate it with `opsarena challenges calibrate {directory}`",
         markup=False,
         soft_wrap=True,
     )
