@@ -5,6 +5,7 @@ renamed elsewhere, calibrated with no edit outside its directory."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,9 @@ OPSARENA = [sys.executable, "-m", "opsarena.cli.main"]
 
 
 def opsarena(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400"}
     return subprocess.run(
-        [*OPSARENA, *args], capture_output=True, text=True, timeout=timeout, check=False
+        [*OPSARENA, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env
     )
 
 
@@ -40,6 +42,7 @@ def test_every_built_in_challenge_has_its_builders_and_a_valid_calibration() -> 
 
 def copy_of(name: str, tmp_path: Path, new_name: str) -> Path:
     directory = tmp_path / new_name
+    tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copytree(builtin_root() / name, directory)
     toml = directory / "challenge.toml"
     toml.write_text(toml.read_text().replace(f'name = "{name}"', f'name = "{new_name}"', 1))
@@ -90,6 +93,23 @@ def test_new_refuses_a_bad_name_or_an_existing_path_writing_nothing(tmp_path: Pa
         run = opsarena("challenges", "new", str(path))
         assert run.returncode == 2 and says in run.stderr, run.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["taken"]
+
+
+def test_a_copied_renamed_challenge_is_listed_with_path_and_validates(tmp_path: Path) -> None:
+    # durable-records: a copy of a challenge whose checks file registers checks or a setup
+    # collides with the built-in's registrations in one process (the registries' rule).
+    directory = copy_of("durable-records", tmp_path / "mine", "copied-listed")
+    listed = opsarena("challenges", "ls", "--path", str(tmp_path / "mine"))
+    assert listed.returncode == 0, listed.stderr
+    assert "copied-listed" in listed.stdout and "durable-records" in listed.stdout
+    alone = opsarena("challenges", "ls", "--path", str(directory))
+    assert alone.returncode == 0 and "copied-listed" in alone.stdout, alone.stderr
+    assert opsarena("challenges", "validate", str(directory)).returncode == 0
+    # Its builders are the copy's own.
+    assert "in-memory" in challenge_builders(directory)
+    (tmp_path / "empty").mkdir()
+    empty = opsarena("challenges", "ls", "--path", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and "no challenge directory" in empty.stderr, empty.stderr
 
 
 def test_the_scaffold_validates_and_has_what_an_author_fills_in(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ calibrate a challenge on real hosts, scaffold a new one."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +18,7 @@ from opsarena.challenges import (
     load_challenge,
 )
 from opsarena.challenges.calibrate import Measured, load_calibration, podman_hosts, run_calibration
-from opsarena.challenges.catalog import placed_files
+from opsarena.challenges.catalog import CHALLENGE_FILE, placed_files
 from opsarena.challenges.scaffold import scaffold
 from opsarena.challenges.setup import brief_for
 from opsarena.cli.output import console, err_console, printable
@@ -28,15 +29,36 @@ from opsarena.referee.nemesis import faults_needed
 app = typer.Typer(help="Built-in challenges and challenge files.", no_args_is_help=True)
 
 
+def challenges_at(path: Path) -> list[Challenge]:
+    """The challenge directory `path`, or the challenge directories right under it.
+    Raises `ChallengeError` when there is none, or one of them is not valid."""
+    if (path / CHALLENGE_FILE).is_file():
+        return [load_challenge(path)]
+    if not path.is_dir():
+        raise ChallengeError(f"--path {path}: no such directory")
+    found = [load_challenge(d) for d in sorted(path.iterdir()) if (d / CHALLENGE_FILE).is_file()]
+    if not found:
+        raise ChallengeError(f"--path {path}: no challenge directory (no {CHALLENGE_FILE}) in it")
+    return found
+
+
 @app.command("ls")
-def ls() -> None:
-    """List the built-in challenges: each one's milestones with their points, and faults."""
+def ls(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Option("--path", help="Also list this challenge directory, or those in it (repeat)."),
+    ] = None,
+) -> None:
+    """List the built-in challenges (and those of `--path`): each one's milestones with
+    their points, and faults."""
     table = Table("title", "milestones (points)", "points", "faults", "time limit")
     table.columns.insert(0, Column("name", no_wrap=True))
-    for name in builtin_names():
-        challenge = builtin_challenge(name)
+    listed = [builtin_challenge(name) for name in builtin_names()]
+    for path in paths or []:
+        listed += challenges_at(path)
+    for challenge in listed:
         table.add_row(
-            name,
+            challenge.name,
             challenge.title,
             " → ".join(f"{m.id} ({m.points})" for m in challenge.milestones),
             str(challenge.total_points),
