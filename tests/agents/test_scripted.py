@@ -19,7 +19,14 @@ import pytest
 from tests.conftest import TEST_IMAGE, new_match_id
 
 from opsarena.agents import AgentContext, AgentOutcome
-from opsarena.agents.scripted import DEFAULT_UNIT, ServiceTarget, get_scripted, scripted_names
+from opsarena.agents.scripted import (
+    DEFAULT_UNIT,
+    ScriptedAgent,
+    ServiceTarget,
+    check_scripted,
+    get_scripted,
+    scripted_names,
+)
 from opsarena.agents.scripted.deploy import records_unit, service_target
 from opsarena.challenges.catalog import builtin_names, builtin_root
 from opsarena.errors import HostError, OpsArenaError, UnknownBuilderError, UsageError
@@ -351,6 +358,20 @@ def test_a_builder_of_another_challenge_is_unknown_in_this_one() -> None:
     assert "in-memory" in scripted_names(DURABLE)
     with pytest.raises(UnknownBuilderError, match="'in-memory'"):
         get_scripted("in-memory", builtin_root() / "tls-gateway")
+
+
+def test_the_scripted_agent_resolves_its_name_in_the_played_challenge() -> None:
+    agent = ScriptedAgent("in-memory")  # built before the challenge is known
+    assert agent.model == "scripted/in-memory"
+    assert agent.builder({"challenge_dir": str(DURABLE)}).name == "in-memory"
+    with pytest.raises(UnknownBuilderError):  # the match forfeits it (a player's failure)
+        agent.builder({"challenge_dir": str(builtin_root() / "tls-gateway")})
+    with pytest.raises(UnknownBuilderError):  # no directory: the default builders only
+        agent.builder({})
+    assert ScriptedAgent("reference").builder({}).name == "reference"
+    with pytest.raises(UnknownBuilderError, match="'in-memory'"):
+        check_scripted("in-memory", [builtin_root() / "tls-gateway", None])
+    check_scripted("in-memory", [builtin_root() / "tls-gateway", DURABLE])
 
 
 def test_unknown_builder_is_a_one_line_error_listing_the_names() -> None:

@@ -45,6 +45,14 @@ def _last_line(data: bytes) -> str:
     return lines[-1].strip() if lines else "(no output)"
 
 
+async def player_failed(ctx: AgentContext, detail: str) -> AgentOutcome:
+    """Report `detail` on stderr and end "failed", the player's fault."""
+    await ctx.report("output", {"stream": "stderr", "text": detail})
+    return AgentOutcome(
+        terminal_state="failed", successful=False, terminal_detail=detail, failure_source="player"
+    )
+
+
 class ScriptedBuilder(Agent, abc.ABC):
     """A builder following a fixed script. `name` is its name among its challenge's
     builders (`scripted:NAME`); `model` what the record shows for it ("scripted/NAME",
@@ -69,13 +77,8 @@ class ScriptedBuilder(Agent, abc.ABC):
         wait = max(1.0, min(READY_WAIT_SECONDS, ctx.deadline - time.monotonic()))
         result = await self.deploy(ctx.host, target, wait_seconds=wait)
         if result is not None and not result.ok:
-            detail = f"{self.name}: deployment failed: {_last_line(result.stderr)}"
-            await ctx.report("output", {"stream": "stderr", "text": detail})
-            return AgentOutcome(
-                terminal_state="failed",
-                successful=False,
-                terminal_detail=detail,
-                failure_source="player",
+            return await player_failed(
+                ctx, f"{self.name}: deployment failed: {_last_line(result.stderr)}"
             )
         detail = self.describe(target)
         await ctx.report("output", {"stream": "stdout", "text": detail})

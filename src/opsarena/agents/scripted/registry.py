@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from opsarena.agents.base import Agent, AgentContext, AgentOutcome
-from opsarena.agents.scripted.builders import DEFAULT_BUILDERS, ScriptedBuilder
+from opsarena.agents.scripted.builders import DEFAULT_BUILDERS, ScriptedBuilder, player_failed
 from opsarena.errors import UnknownBuilderError, UsageError
 
 BUILDERS_FILE = "builders.py"
@@ -134,12 +134,6 @@ class ScriptedAgent(Agent):
         try:
             builder = self.builder(ctx.params)
         except UnknownBuilderError as exc:
-            detail = f"{self.name}: {exc} (challenge {ctx.params.get('challenge', '?')})"
-            await ctx.report("output", {"stream": "stderr", "text": detail})
-            return AgentOutcome(
-                terminal_state="failed",
-                successful=False,
-                terminal_detail=detail,
-                failure_source="player",
-            )
+            challenge = ctx.params.get("challenge", "?")
+            return await player_failed(ctx, f"{self.name}: {exc} (challenge {challenge})")
         return await builder.run(ctx)
