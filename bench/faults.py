@@ -29,6 +29,7 @@ from typing import Any
 
 from opsarena.agents.scripted import get_scripted
 from opsarena.agents.scripted.deploy import service_target
+from opsarena.challenges.catalog import builtin_root
 from opsarena.hosts import DEFAULT_IMAGE, Host, HostDriver, HostSpec, get_driver
 from opsarena.referee.probe import ProbeError, http_request
 
@@ -62,7 +63,8 @@ async def deploy(driver: HostDriver, match_id: str, territory: str, builder: str
     host = await driver.create(HostSpec(
         match_id=match_id, territory=territory, image=DEFAULT_IMAGE, power_cut=power_cut
     ))  # fmt: skip
-    result = await get_scripted(builder).deploy(host, TARGET, wait_seconds=30.0)
+    builder_of = get_scripted(builder, builtin_root() / "crash-safe-records")
+    result = await builder_of.deploy(host, TARGET, wait_seconds=30.0)
     if result is None or not result.ok:
         raise RuntimeError(f"{builder} did not deploy: {result and result.stderr[-300:]!r}")
     await host.exec("sync", timeout=60)

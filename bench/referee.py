@@ -95,7 +95,7 @@ async def one_durable_run(challenge: Challenge) -> dict[str, float]:
             match_id=match_id, territory="ref", brief=brief_for(challenge, seed), host=host,
             deadline=time.monotonic() + 120, params=agent_params(challenge, seed),
         )  # fmt: skip
-        await get_scripted("reference").run(context)
+        await get_scripted("reference", challenge.directory).run(context)
         async with asyncio.timeout(120):
             await referee.durable_event("ref").wait()
         durable = time.monotonic()

@@ -4,7 +4,7 @@ Every builder gets its own host and the same scenario, all at once: deploy, then
 requests made with curl inside the host (health, writes, reads, an absent record), a
 service restart, the same reads, a host reboot, the same reads. The scenario records
 what it saw (a history, in Jepsen's sense); each builder's test then checks its part of
-it against the design in `opsarena.agents.scripted.builders`.
+it against the design in durable-records' `builders.py`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,23 @@ from dataclasses import dataclass, field
 import pytest
 
 from opsarena.agents import AgentContext, AgentOutcome
-from opsarena.agents.scripted import DEFAULT_UNIT, ServiceTarget, get_scripted, scripted_names
+from opsarena.agents.scripted import (
+    DEFAULT_UNIT,
+    ScriptedAgent,
+    ServiceTarget,
+    check_scripted,
+    get_scripted,
+    scripted_names,
+)
 from opsarena.agents.scripted.deploy import records_unit, service_target
-from opsarena.agents.scripted.records_server import valid_record_id
+from opsarena.challenges.catalog import builtin_names, builtin_root
 from opsarena.errors import HostError, OpsArenaError, UnknownBuilderError, UsageError
 from opsarena.hosts import Host, HostSpec, get_driver
+from opsarena.workloads.records.server import valid_record_id
 from tests.conftest import TEST_IMAGE, new_match_id
+
+DURABLE = builtin_root() / "durable-records"
+"""The challenge whose builders these are (`scripted:NAME` resolves among them)."""
 
 BUILDERS = ("reference", "webdav", "in-memory", "volatile", "not-enabled", "wrong-health", "idle")
 # Builders whose flaw the referee's calibration matrix exercises (tests/referee/).
@@ -127,7 +138,7 @@ async def scenario(host: Host, builder: str, history: History) -> None:
         host=host,
         deadline=time.monotonic() + 60,
     )
-    history.outcome = await get_scripted(builder).run(context)
+    history.outcome = await get_scripted(builder, DURABLE).run(context)
 
     await requests(
         host,
@@ -329,16 +340,43 @@ DURABILITY_BUILDERS = ("no-fsync", "ack-before-write", "no-restart", "fsync-no-d
 """Calibrated against the crash and power-cut faults in tests/hosts/test_faults.py."""
 
 
-def test_registry_knows_every_builder() -> None:
-    assert scripted_names() == sorted(BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS)
-    for name in BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS:
-        builder = get_scripted(name)
-        assert builder.name == name and builder.model == f"scripted/{name}"
+def test_every_challenge_directory_knows_its_builders() -> None:
+    found: set[str] = set()
+    for challenge in builtin_names():
+        names = scripted_names(builtin_root() / challenge)
+        assert "reference" in names and "idle" in names, challenge
+        for name in names:
+            builder = get_scripted(name, builtin_root() / challenge)
+            assert builder.name == name and builder.model == f"scripted/{name}"
+        found |= set(names)
+    assert found == set(BUILDERS + CALIBRATION_BUILDERS + DURABILITY_BUILDERS)
+    # A challenge without builders.py (a lone TOML file) has the records reference and idle.
+    assert scripted_names(None) == ["idle", "reference"]
+
+
+def test_a_builder_of_another_challenge_is_unknown_in_this_one() -> None:
+    assert "in-memory" in scripted_names(DURABLE)
+    with pytest.raises(UnknownBuilderError, match="'in-memory'"):
+        get_scripted("in-memory", builtin_root() / "tls-gateway")
+
+
+def test_the_scripted_agent_resolves_its_name_in_the_played_challenge() -> None:
+    agent = ScriptedAgent("in-memory")  # built before the challenge is known
+    assert agent.model == "scripted/in-memory"
+    assert agent.builder({"challenge_dir": str(DURABLE)}).name == "in-memory"
+    with pytest.raises(UnknownBuilderError):  # the match forfeits it (a player's failure)
+        agent.builder({"challenge_dir": str(builtin_root() / "tls-gateway")})
+    with pytest.raises(UnknownBuilderError):  # no directory: the default builders only
+        agent.builder({})
+    assert ScriptedAgent("reference").builder({}).name == "reference"
+    with pytest.raises(UnknownBuilderError, match="'in-memory'"):
+        check_scripted("in-memory", [builtin_root() / "tls-gateway", None])
+    check_scripted("in-memory", [builtin_root() / "tls-gateway", DURABLE])
 
 
 def test_unknown_builder_is_a_one_line_error_listing_the_names() -> None:
     with pytest.raises(UnknownBuilderError) as caught:
-        get_scripted("nope")
+        get_scripted("nope", DURABLE)
     assert isinstance(caught.value, OpsArenaError)
     message = str(caught.value)
     assert "\n" not in message and "'nope'" in message

@@ -14,7 +14,9 @@ from opsarena.agents.competitors import competitor_from_cli, load_competitors, p
 from opsarena.agents.human import HumanAgent
 from opsarena.agents.llm import LlmAgent
 from opsarena.agents.registry import agent_kinds, build_agent, parse_agent_spec
+from opsarena.agents.scripted import ScriptedAgent
 from opsarena.agents.spec import AgentSettings, AgentSpec, Limits, Price
+from opsarena.challenges.catalog import builtin_root
 from opsarena.errors import AgentConfigError, AgentSpecError, CompetitorsFileError, OpsArenaError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "seed-match.toml"
@@ -92,7 +94,9 @@ def test_building_says_what_cannot_work() -> None:
         with pytest.raises(AgentSpecError, match=r"limits.wall_s does not apply"):
             build_agent(parse_agent_spec(kind), wall)
     with pytest.raises(OpsArenaError, match="unknown scripted builder 'nobody'"):
-        build_agent(parse_agent_spec("scripted:nobody"))
+        ScriptedAgent("nobody", builtin_root() / "durable-records")
+    with pytest.raises(OpsArenaError, match="unknown scripted builder 'no/body'"):
+        build_agent(parse_agent_spec("scripted:no/body"))
 
 
 def test_the_seed_example_loads() -> None:

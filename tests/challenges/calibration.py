@@ -1,69 +1,77 @@
-"""A challenge's calibration run, shared by the catalog's tests: one scripted builder on a
-fresh host, judged milestone by milestone until the first failure."""
+"""Every built-in challenge's calibration (its calibration.toml) on real hosts, through
+the shared harness (`opsarena.challenges.calibrate`, what `opsarena challenges
+calibrate` runs).
+
+Each (challenge, builder, seed) run is one test. CI gives each test file to one worker
+(`--dist loadfile`), so the runs are dealt round-robin over `SHARDS` files
+(test_calibration_<n>.py), as the per-challenge matrix files were spread before: a new
+challenge's rows join them without a new file.
+"""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
-from opsarena.agents.base import AgentContext
-from opsarena.agents.scripted import get_scripted
-from opsarena.challenges.catalog import place_challenge
-from opsarena.hosts import Host
-from opsarena.referee.contract import agent_params, brief_for
-from opsarena.referee.model import Challenge
-from opsarena.referee.referee import Referee
-from tests.referee.conftest import EventLog, make_referee
+import pytest
 
-PASS = "passed"
+from opsarena.challenges import builtin_challenge, builtin_names
+from opsarena.challenges.calibrate import (
+    CalibrationPlan,
+    HostMaker,
+    calibration_jobs,
+    load_calibration,
+    run_jobs,
+)
+from opsarena.hosts import FAULT_POWER_CUT, Host, HostSpec, get_driver
+from opsarena.referee.nemesis import faults_needed
+from tests.conftest import TEST_IMAGE, new_match_id
 
-
-@dataclass
-class Calibration:
-    """What one builder's run gave: each milestone's outcome in order (`PASS`, or the
-    failure reason of the first failing one, where it stopped), the events and the
-    referee."""
-
-    outcomes: list[str]
-    log: EventLog
-    referee: Referee
-    preflight_reason: str | None
-    """Why the fresh host failed its first milestone (it must fail it)."""
-
-    def details(self, tail: int = 600) -> list[str]:
-        """Each attempt's failure detail (its end), for an assertion's message."""
-        return [(d.get("failure_detail") or "")[-tail:] for d in self.log.of("attempt_result")]
-
-    def points_match(self, challenge: Challenge) -> bool:
-        """The referee's points are exactly those of the milestones passed."""
-        reached = zip(challenge.milestones, self.outcomes, strict=False)
-        return self.referee.points("builder") == sum(m.points for m, o in reached if o == PASS)
+SHARDS = 4
 
 
-async def calibrate(
-    challenge: Challenge, host: Host, builder: str, seed: bytes, match_id: str
-) -> Calibration:
-    """Place the challenge, check the fresh host fails its first milestone, let `builder`
-    deploy, then judge until the first failure (no referee error may happen)."""
-    await place_challenge(challenge, host, seed)
-    log = EventLog()
-    referee = make_referee(challenge, log, seed=seed)
-    referee.add_territory("builder", host)
-    preflight = await referee.preflight("builder")
-    assert preflight.ok, preflight.detail
-    context = AgentContext(
-        match_id=match_id, territory="builder", brief=brief_for(challenge, seed), host=host,
-        deadline=time.monotonic() + 120, params=agent_params(challenge, seed),
-    )  # fmt: skip
-    outcome = await get_scripted(builder).run(context)
-    assert outcome.successful, outcome.terminal_detail
-    outcomes: list[str] = []
-    while (verdict := await referee.evaluate_next("builder")) is not None:
-        assert verdict.outcome != "referee_error", verdict
-        if verdict.outcome == "failed":
-            assert verdict.failure_detail
-            outcomes.append(verdict.failure_reason or "")
-            break
-        outcomes.append(PASS)
-    assert referee.infrastructure_failures == 0
-    return Calibration(outcomes, log, referee, preflight.verdict.failure_reason)
+def all_jobs() -> list[tuple[str, str, int]]:
+    """(challenge, builder, seed index) of every built-in challenge's calibration."""
+    jobs = []
+    for name in builtin_names():
+        plan = load_calibration(builtin_challenge(name))
+        for builder, expected in plan.expected.items():
+            jobs += [(name, builder, i) for i in range(max(1, len(expected.seeds)))]
+    return jobs
+
+
+def fresh_hosts(plan: CalibrationPlan) -> HostMaker:
+    """Fresh hosts of the test image, each in a match id the leak check knows."""
+
+    @contextlib.asynccontextmanager
+    async def make_host(label: str) -> AsyncIterator[tuple[Host, str]]:
+        driver = get_driver("podman")
+        match_id = new_match_id("cal")
+        spec = HostSpec(
+            match_id=match_id, territory="builder", image=TEST_IMAGE,
+            power_cut=FAULT_POWER_CUT in faults_needed(plan.challenge),
+        )  # fmt: skip
+        try:
+            yield await driver.create(spec), match_id
+        finally:
+            await asyncio.shield(driver.cleanup(match_id=match_id))
+
+    return make_host
+
+
+def calibration_test(shard: int) -> Callable[..., Coroutine[Any, Any, None]]:
+    """The test of every `SHARDS`-th run, from `shard`."""
+    mine = all_jobs()[shard::SHARDS]
+
+    @pytest.mark.hosts
+    @pytest.mark.parametrize(("challenge", "builder", "seed_index"), mine)
+    async def test_calibration(challenge: str, builder: str, seed_index: int) -> None:
+        plan = load_calibration(builtin_challenge(challenge))
+        expected, seed = calibration_jobs(plan, [builder])[seed_index]
+        (measured,) = await run_jobs(plan, [(expected, seed)], fresh_hosts(plan))
+        details = measured.run.details() if measured.run else []
+        assert measured.ok, (measured.line(), details)
+
+    return test_calibration

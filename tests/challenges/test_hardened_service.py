@@ -1,5 +1,5 @@
-"""hardened-service: its pure judges of kernel facts, and its calibration matrix on real
-hosts."""
+"""hardened-service: its pure judges of kernel facts (its calibration is in its
+calibration.toml, run by tests/challenges/calibration.py)."""
 
 from __future__ import annotations
 
@@ -12,23 +12,8 @@ from types import ModuleType
 import pytest
 
 from opsarena.challenges import builtin_challenge
-from opsarena.referee.failures import table_for
-from tests.challenges.calibration import PASS, calibrate
-from tests.conftest import HostFactory
 
 SEED = b"hardened-calibration-seed"
-
-MATRIX: dict[str, list[str]] = {
-    "reference": [PASS] * 6,
-    "hardened-root": [PASS, PASS, "service_runs_as_root"],
-    "hardened-planted-left": [PASS, PASS, PASS, "unexpected_listener"],
-    "hardened-writable": [PASS, PASS, PASS, PASS, "writable_outside_data"],
-    "hardened-stopped-only": [PASS, PASS, PASS, PASS, PASS, "unexpected_listener"],
-    # Effective ids the user's, saved ids and permitted capabilities root's.
-    "hardened-saved-root": [PASS, PASS, "service_runs_as_root"],
-    # Its program directory 0755 root's, and an ACL entry granting its user rwx.
-    "hardened-acl-writable": [PASS, PASS, PASS, PASS, "writable_outside_data"],
-}
 
 
 def checks() -> ModuleType:
@@ -269,22 +254,3 @@ def test_the_judges() -> None:
     assert m.write_capabilities("0000000000000002") == ["CAP_DAC_OVERRIDE"]
     assert "CAP_SYS_ADMIN" in m.write_capabilities("000001ffffffffff")
     assert 9000 <= m.planted_port(SEED) < 9900
-
-
-def test_every_reason_its_matrix_names_is_in_its_table() -> None:
-    table = table_for(builtin_challenge("hardened-service"))
-    for outcomes in MATRIX.values():
-        for outcome in outcomes:
-            assert outcome == PASS or table[outcome].category == "verification_failed"
-
-
-@pytest.mark.hosts
-@pytest.mark.parametrize("builder", sorted(MATRIX))
-async def test_hardened_service_calibration(
-    builder: str, host_factory: HostFactory, match_id: str
-) -> None:
-    challenge = builtin_challenge("hardened-service")
-    run = await calibrate(challenge, await host_factory("builder"), builder, SEED, match_id)
-    outcomes = run.outcomes
-    assert outcomes == MATRIX[builder], run.details()
-    assert run.points_match(challenge)

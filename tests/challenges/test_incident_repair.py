@@ -1,31 +1,17 @@
-"""incident-repair: its seed variants, its setup on a real host, and its calibration matrix.
-
-The reference repairs every breakage the seed can draw (one host per breakage); each
-flawed builder fails at the milestone and with the reason its module's table says
-(test_incident_repair_flawed.py: a file of its own, so CI's loadfile workers share them).
-"""
+"""incident-repair: its seed variants and its repair scripts (its calibration, the
+reference on every breakage and each flawed repair, is in its calibration.toml, run by
+tests/challenges/calibration.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from opsarena.agents.scripted.incident import repair_script
+from opsarena.agents.scripted import builders_module
 from opsarena.challenges import Challenge, builtin_challenge
+from opsarena.challenges.calibrate import load_calibration
 from opsarena.challenges.catalog import import_checks_file
 from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import table_for
-from tests.challenges.calibration import PASS, calibrate
-from tests.conftest import HostFactory
-from tests.referee.conftest import EventLog
-
-MATRIX: dict[str, list[str]] = {
-    "reference": [PASS] * 5,
-    "repair-wipe": [PASS, "seeded_record_lost"],
-    "repair-transient": [PASS, PASS, PASS, "not_ready_after_fault"],
-    "repair-collateral": [PASS, PASS, PASS, PASS, "collateral_damage"],
-    "repair-standin": [PASS, PASS, PASS, PASS, "collateral_damage"],
-}
-"""builder -> the outcome of each milestone it reaches, in order (as for durable-records)."""
 
 
 @pytest.fixture
@@ -79,45 +65,21 @@ def test_the_brief_names_the_seeded_count_and_the_table_has_the_added_reasons(
     assert table["collateral_damage"].category == "verification_failed"
 
 
-def test_only_the_transient_repair_writes_under_run() -> None:
+def test_every_seed_in_its_calibration_draws_the_breakage_it_says(challenge: Challenge) -> None:
+    text = (challenge.directory / "calibration.toml").read_text()  # type: ignore[operator]
+    for line in text.splitlines():
+        if line.startswith("seeds = [") and "#" in line:
+            seed, breakage = line.split('"')[1], line.split("#")[1].strip()
+            assert seed_for(challenge, breakage) == seed.encode(), line
+    # The reference repairs every breakage the seed can draw, one seed each.
+    module = _module(challenge)
+    seeds = load_calibration(challenge).expected["reference"].seeds
+    assert sorted(module.breakage_of(s) for s in seeds) == sorted(module.BREAKAGES)  # type: ignore[attr-defined]
+
+
+def test_only_the_transient_repair_writes_under_run(challenge: Challenge) -> None:
+    repair_script = builders_module(challenge.directory).repair_script  # type: ignore[arg-type, union-attr]
     persistent = repair_script(transient=False, wipe=False, collateral=False, wait_seconds=5)
     transient = repair_script(transient=True, wipe=False, collateral=False, wait_seconds=5)
     assert "/run/systemd/system" in transient and "/run/systemd/system" not in persistent
     assert "disable --now" in persistent and "rm -rf" not in persistent
-
-
-PREFLIGHT = {
-    "program-moved": "connection_refused",
-    "data-owner": "connection_refused",
-    "port-held": "bad_status",
-    "config-syntax": "connection_refused",
-    "user-missing": "connection_refused",
-}
-"""How each fresh host fails service-up before anyone acted (the legacy socket answers
-503 for `port-held`; for the rest nothing listens)."""
-
-
-async def judge(
-    challenge: Challenge, builder: str, seed: bytes, host_factory: HostFactory, match_id: str
-) -> tuple[str, list[str], EventLog]:
-    """The preflight's failure reason, each milestone's outcome, and the events."""
-    host = await host_factory("builder")
-    run = await calibrate(challenge, host, builder, seed, match_id)
-    assert run.points_match(challenge)
-    return run.preflight_reason or "", run.outcomes, run.log
-
-
-@pytest.mark.hosts
-@pytest.mark.parametrize(
-    "breakage", ["program-moved", "data-owner", "port-held", "config-syntax", "user-missing"]
-)
-async def test_reference_repairs_every_breakage(
-    breakage: str, challenge: Challenge, host_factory: HostFactory, match_id: str
-) -> None:
-    preflight, outcomes, log = await judge(
-        challenge, "reference", seed_for(challenge, breakage), host_factory, match_id
-    )
-    assert preflight == PREFLIGHT[breakage]
-    assert outcomes == MATRIX["reference"], [d["failure_detail"] for d in log.of("attempt_result")]
-    intact = [d for d in log.of("attempt_result") if d.get("milestone") == "records-intact"]
-    assert intact and intact[-1]["evidence"]["seeded"] == 12

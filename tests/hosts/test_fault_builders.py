@@ -13,6 +13,7 @@ import pytest
 
 from opsarena.agents.scripted import get_scripted
 from opsarena.agents.scripted.deploy import service_target
+from opsarena.challenges.catalog import builtin_root
 from opsarena.errors import ServiceNotRestartedError
 from opsarena.hosts import Host, HostDriver, HostSpec
 from opsarena.referee.probe import ProbeError, http_request
@@ -27,7 +28,8 @@ async def deployed(driver: HostDriver, match_id: str, builder: str) -> Host:
     host = await driver.create(
         HostSpec(match_id=match_id, territory="a", image=TEST_IMAGE, power_cut=True, disk_mb=256)
     )
-    result = await get_scripted(builder).deploy(host, TARGET, wait_seconds=20.0)
+    builder_of = get_scripted(builder, builtin_root() / "crash-safe-records")
+    result = await builder_of.deploy(host, TARGET, wait_seconds=20.0)
     assert result is not None and result.ok, result and result.stderr
     # What the builder installed is made durable, as an agent finishing its work would
     # (the test is about the service's own writes, not the installation's).

@@ -31,15 +31,14 @@ from inspect_ai import eval_async
 from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import ChatMessage, ModelOutput, ModelUsage, get_model
 
+from opsarena.agents.scripted import builders_module
 from opsarena.agents.scripted.deploy import (
     ServiceTarget,
     Storage,
     activation_script,
     records_unit,
-    tls_issue_script,
-    tls_server_args,
 )
-from opsarena.challenges.catalog import builtin_challenge
+from opsarena.challenges.catalog import builtin_challenge, builtin_root
 from opsarena.integrations.inspect.scorer import sample_input
 from opsarena.match.commitment import reveal_problem
 from opsarena.referee.contract import brief_for
@@ -82,7 +81,8 @@ def deploy_conversation(storage: Storage, target: ServiceTarget | None = None) -
     """Tool calls that deploy the shared records server with `storage`, then submit; for
     a TLS `target` (tls-gateway), with a certificate issued by the placed CA first."""
     target = target or ServiceTarget()
-    script = resources.files("opsarena.agents.scripted").joinpath("records_server.py")
+    tls = builders_module(builtin_root() / "tls-gateway")
+    script = resources.files("opsarena.workloads.records").joinpath("server.py")
     script_path = f"{target.program_dir}/records_server.py"
     encoded = base64.b64encode(script.read_bytes()).decode()
     unit = records_unit(
@@ -91,13 +91,13 @@ def deploy_conversation(storage: Storage, target: ServiceTarget | None = None) -
         storage=storage,
         health_body="ready",
         builder=f"scripted-{storage}",
-        extra_args=tls_server_args(target, None) if target.tls else (),
+        extra_args=tls.tls_server_args(target, None) if target.tls else (),  # type: ignore[union-attr]
     )
     install = (
         f"mkdir -p {target.program_dir} && echo {encoded} | base64 -d > {script_path}"
         f" && python3 -m py_compile {script_path}"
     )
-    issue = [turn("bash", {"command": tls_issue_script(target, self_signed=False)})]
+    issue = [turn("bash", {"command": tls.tls_issue_script(target, self_signed=False)})]  # type: ignore[union-attr]
     return [
         turn("bash", {"command": install}),
         *(issue if target.tls else []),
@@ -125,7 +125,7 @@ def tls_gateway_agent() -> Respond:
             found = SERVER_NAME.search(brief)
             assert found is not None, f"no server name in the brief: {brief[:600]}"
             name, port = found.group(0), builtin_challenge("tls-gateway").port  # 443
-            target = ServiceTarget(port=port, challenge="tls-gateway", server_name=name)
+            target = ServiceTarget(port=port, server_name=name, tls=True)
             steps.extend(reversed(deploy_conversation("disk", target)))
         return steps.pop()
 

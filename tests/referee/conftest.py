@@ -4,29 +4,17 @@ and a check that never answers (`test-hang`)."""
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
 from opsarena.challenges import Challenge, builtin_challenge
+from opsarena.challenges.calibrate import EventLog
+from opsarena.challenges.calibrate import make_referee as calibration_referee
 from opsarena.hosts import Host
 from opsarena.referee.contract import CheckContext, Verdict, register_check
 from opsarena.referee.referee import Referee
 
-
-@dataclass
-class EventLog:
-    """Collects what the referee emits, in order, as (type, data)."""
-
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    async def emit(self, kind: str, data: dict[str, Any]) -> None:
-        self.events.append((kind, data))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [data for k, data in self.events if k == kind]
+__all__ = ["EventLog", "make_referee"]
 
 
 @pytest.fixture
@@ -40,13 +28,7 @@ def event_log() -> EventLog:
 
 
 def make_referee(challenge: Challenge, log: EventLog, seed: bytes = b"calibration-seed") -> Referee:
-    started = time.monotonic()
-    return Referee(
-        challenge,
-        seed=seed,
-        emit=log.emit,
-        clock=lambda: int((time.monotonic() - started) * 1000),
-    )
+    return calibration_referee(challenge, log, seed)
 
 
 @register_check("test-hang")

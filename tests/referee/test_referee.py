@@ -41,7 +41,7 @@ async def deploy(builder: str, host: Host, challenge: Challenge, match_id: str) 
         match_id=match_id, territory=host.territory, brief=challenge.brief, host=host,
         deadline=time.monotonic() + 120, params={"port": challenge.port, "unit": challenge.unit},
     )  # fmt: skip
-    await get_scripted(builder).run(context)
+    await get_scripted(builder, challenge.directory).run(context)
 
 
 @pytest.mark.hosts
@@ -177,7 +177,7 @@ async def test_preflight_refuses_a_host_that_already_passes(
 
 
 async def start_records_server_outside_the_unit(host: Host) -> None:
-    script = resources.files("opsarena.agents.scripted").joinpath("records_server.py")
+    script = resources.files("opsarena.workloads.records").joinpath("server.py")
     await host.write_file("/opt/elsewhere/records_server.py", script.read_bytes())
     started = await host.exec(
         ["systemd-run", "--unit=elsewhere", "/usr/bin/python3", "/opt/elsewhere/records_server.py",

@@ -34,7 +34,7 @@ from tests.security.red_team import INOTIFY_HOG, sh, wait_listening
 pytestmark = pytest.mark.hosts
 
 RECORDS_SERVER = (
-    Path(__file__).parents[2] / "src" / "opsarena" / "agents" / "scripted" / "records_server.py"
+    Path(__file__).parents[2] / "src" / "opsarena" / "workloads" / "records" / "server.py"
 )
 UNIT = "builder-app.service"
 PORT = 8080

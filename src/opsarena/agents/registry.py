@@ -24,7 +24,7 @@ from opsarena.agents.base import Agent
 from opsarena.agents.cage import ProcessCage
 from opsarena.agents.command import CommandAgent
 from opsarena.agents.human import HumanAgent
-from opsarena.agents.scripted import get_scripted
+from opsarena.agents.scripted import ScriptedAgent
 from opsarena.agents.spec import (
     COMMAND_ONLY_SETTINGS,
     EVERY_LIMIT,
@@ -167,7 +167,7 @@ async def preflight_agent(agent: Agent) -> None:
 
 
 def _scripted(spec: AgentSpec, settings: AgentSettings, env: Mapping[str, str]) -> Agent:
-    agent: Agent = get_scripted(spec.arg)
+    agent: Agent = ScriptedAgent(spec.arg)
     if settings.model:
         agent.model = settings.model
     return agent

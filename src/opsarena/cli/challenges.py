@@ -1,8 +1,10 @@
 """`opsarena challenges`: list the challenges (built-in and installed packages'), print a
-brief, validate a directory."""
+brief, validate a directory, calibrate a challenge on real hosts, scaffold a new one."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,9 +15,16 @@ from opsarena.challenges import (
     find_challenge,
     load_challenge,
 )
-from opsarena.challenges.catalog import challenge_names, named_challenge, placed_files
+from opsarena.challenges.calibrate import Measured, load_calibration, podman_hosts, run_calibration
+from opsarena.challenges.catalog import (
+    CHALLENGE_FILE,
+    challenge_names,
+    named_challenge,
+    placed_files,
+)
+from opsarena.challenges.scaffold import scaffold
 from opsarena.cli.output import console, err_console, printable
-from opsarena.errors import ChallengeError
+from opsarena.errors import ChallengeError, UsageError
 from opsarena.referee.contract import brief_for
 from opsarena.referee.failures import reason_problems
 from opsarena.referee.nemesis import faults_needed
@@ -25,16 +34,36 @@ app = typer.Typer(
 )
 
 
+def challenges_at(path: Path) -> list[Challenge]:
+    """The challenge directory `path`, or the challenge directories right under it.
+    Raises `ChallengeError` when there is none, or one of them is not valid."""
+    if (path / CHALLENGE_FILE).is_file():
+        return [load_challenge(path)]
+    if not path.is_dir():
+        raise ChallengeError(f"--path {path}: no such directory")
+    found = [load_challenge(d) for d in sorted(path.iterdir()) if (d / CHALLENGE_FILE).is_file()]
+    if not found:
+        raise ChallengeError(f"--path {path}: no challenge directory (no {CHALLENGE_FILE}) in it")
+    return found
+
+
 @app.command("ls")
-def ls() -> None:
-    """List the challenges (built-in, and those installed packages provide): each one's
-    milestones with their points, and faults."""
+def ls(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Option("--path", help="Also list this challenge directory, or those in it (repeat)."),
+    ] = None,
+) -> None:
+    """List the challenges (built-in, those installed packages provide, and those of
+    `--path`): each one's milestones with their points, and faults."""
     table = Table("title", "milestones (points)", "points", "faults", "time limit")
     table.columns.insert(0, Column("name", no_wrap=True))
-    for name in challenge_names():
-        challenge = named_challenge(name)
+    listed = [named_challenge(name) for name in challenge_names()]
+    for path in paths or []:
+        listed += challenges_at(path)
+    for challenge in listed:
         table.add_row(
-            name,
+            challenge.name,
             challenge.title,
             " → ".join(f"{m.id} ({m.points})" for m in challenge.milestones),
             str(challenge.total_points),
@@ -90,6 +119,71 @@ def validate(
     console.print(
         f"{file}: valid challenge {challenge.name!r} ({len(challenge.milestones)} milestones, "
         f"{challenge.total_points} points, {len(placed_files(challenge))} files placed)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("calibrate")
+def calibrate(
+    name: Annotated[str, typer.Argument(help="A built-in challenge, or a challenge directory.")],
+    builders: Annotated[
+        str | None,
+        typer.Option("--builders", help="Only these builders, comma-separated (a,b)."),
+    ] = None,
+    parallel: Annotated[
+        int, typer.Option("--parallel", min=1, max=8, help="Builders calibrated at once.")
+    ] = 1,
+    driver: Annotated[str, typer.Option("--driver", help="Host driver.")] = "podman",
+) -> None:
+    """Run the challenge's calibration (calibration.toml) on real hosts: each builder
+    alone on a fresh host; print expected vs measured points and stop; exit 1 on any
+    mismatch."""
+    challenge = find_challenge(name)
+    plan = load_calibration(challenge)
+    chosen = None
+    if builders is not None:
+        chosen = [b.strip() for b in builders.split(",") if b.strip()]
+        if not chosen:
+            raise UsageError("--builders names no builder: give a,b")
+    selected = plan.select(chosen)
+
+    def report(measured: Measured) -> None:
+        seed = measured.seed.decode(errors="replace")
+        console.print(f"{measured.line()} (seed {seed})", markup=False, soft_wrap=True)
+
+    console.print(
+        f"calibrating {challenge.name}: {len(selected)} builder(s) on {driver} hosts",
+        markup=False,
+    )
+    results = asyncio.run(
+        run_calibration(
+            plan, podman_hosts(plan.challenge, driver=driver), chosen, parallel=parallel,
+            report=report,
+        )
+    )  # fmt: skip
+    bad = [m for m in results if not m.ok]
+    console.print(
+        f"{challenge.name}: {len(results) - len(bad)}/{len(results)} as calibrated"
+        + (f"; MISMATCH: {', '.join(m.expected.builder for m in bad)}" if bad else ""),
+        markup=False,
+    )
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("new")
+def new(
+    path: Annotated[
+        str, typer.Argument(help="The new challenge directory (its name is the challenge's).")
+    ],
+) -> None:
+    """Scaffold a challenge directory (challenge.toml, checks.py, builders.py with
+    `reference` and `idle`, calibration.toml, files/) that validates and calibrates."""
+    directory = scaffold(path)
+    console.print(
+        f"{directory}: new challenge {directory.name!r}; check it with `opsarena challenges "
+        f"validate {directory}`, calibrate it with `opsarena challenges calibrate {directory}`",
         markup=False,
         soft_wrap=True,
     )

@@ -29,6 +29,7 @@ from opsarena.agents.done import (
     operator_key_path,
 )
 from opsarena.agents.registry import has_done_token
+from opsarena.agents.scripted import check_scripted
 from opsarena.challenges.catalog import find_challenge
 from opsarena.cli.live import watch
 from opsarena.cli.output import console, err_console
@@ -244,6 +245,9 @@ def run(
             "a match needs competitors: --builder TERRITORY=AGENT or --competitors FILE"
         )
     the_challenge = find_challenge(challenge)
+    for entry in entries:
+        if entry.kind == "scripted":
+            check_scripted(entry.spec.arg, [the_challenge.directory])
     check_record_path(record)
     seed_bytes = parse_seed(seed)
     plan = MatchPlan(

@@ -218,13 +218,17 @@ def brief_for(challenge: Challenge, seed: bytes) -> str:
 
 def agent_params(challenge: Challenge, seed: bytes) -> dict[str, object]:
     """The challenge facts an agent's `params` carry: port, unit, the challenge's name,
-    and the brief's variables (what the brief tells every competitor anyway)."""
-    return {
+    the brief's variables (what the brief tells every competitor anyway), and the
+    challenge's directory when it has one (where `scripted:NAME` finds its builders)."""
+    params: dict[str, object] = {
         **setup_of(challenge).variables(seed),
         "port": challenge.port,
         "unit": challenge.unit,
         "challenge": challenge.name,
     }
+    if challenge.directory is not None:
+        params["challenge_dir"] = str(challenge.directory)
+    return params
 
 
 def setup_problems(challenge: Challenge) -> list[str]:

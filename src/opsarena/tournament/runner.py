@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from opsarena.agents.registry import preflight_agent
+from opsarena.agents.scripted import check_scripted
 from opsarena.errors import EventLogError, MatchError, OpsArenaError, TournamentError
 from opsarena.hosts import DEFAULT_DRIVER, get_driver
 from opsarena.match.controller import Controller, MatchPlan
@@ -141,8 +142,11 @@ async def preflight_competitors(plan: TournamentPlan) -> None:
     endpoint answers, the program is there) before anything is logged. Raises one
     `TournamentError` with a line per competitor that cannot play."""
     problems = []
+    directories: list[str | Path | None] = [c.directory for c in plan.challenges.values()]
     for name, competitor in plan.competitors.items():
         try:
+            if competitor.kind == "scripted":
+                check_scripted(competitor.spec.arg, directories)
             await preflight_agent(competitor.build())
         except OpsArenaError as exc:
             problems.append(f"{plan.source}: territories.{name}.agent: {exc}")

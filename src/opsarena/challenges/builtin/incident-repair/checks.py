@@ -1,6 +1,7 @@
 """incident-repair: the broken deployment each host arrives with, and the checks of its repair.
 
-The setup (`incident-repair`) deploys the records service of `files/` on each host,
+The setup (`incident-repair`) deploys the records service of `files/` (its program the
+records workload's server, `SERVER_PATH`) on each host,
 seeds it with records derived from the match seed, enables it and its metrics exporter,
 then breaks it in one of `BREAKAGES` (chosen from the seed: every territory of a match
 faces the same one, a replay the same one). Checks, by probes through `Host.connect`
@@ -21,6 +22,7 @@ import shlex
 import time
 from collections.abc import Coroutine
 from dataclasses import replace
+from importlib import resources
 from typing import Any
 
 from opsarena.errors import ChallengeError, HostError
@@ -91,6 +93,10 @@ def break_script(breakage: str) -> str:
     }[breakage]
 
 
+SERVER_PATH = "/usr/local/lib/records/records_server.py"
+"""Where the host's records service program is (`program` in its records.conf)."""
+
+
 def variables(seed: bytes) -> dict[str, str]:
     return {"seeded_count": str(len(SEEDED_SLOTS))}
 
@@ -99,6 +105,8 @@ async def place(host: Host, seed: bytes) -> None:
     """Deploy, seed, enable, break; then boot the units as a machine would (the broken
     one fails). Raises `HostFileError` / `HostUnavailableError` from the host, or
     `ChallengeError` when the deployment script failed."""
+    server = resources.files("opsarena.workloads.records").joinpath("server.py")
+    await host.write_file(SERVER_PATH, server.read_bytes(), mode=0o644)
     for _, record_id, value in seeded_records(seed, host.territory):
         await host.write_file(f"{DATA_DIR}/{record_id}", value, mode=0o640)
     script = (

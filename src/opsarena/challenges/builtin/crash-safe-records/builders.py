@@ -1,9 +1,9 @@
-"""The builders that calibrate the crash and power-cut faults (`crash-safe-records`).
+"""crash-safe-records' scripted builders: the ones that calibrate the crash and power-cut faults.
 
 Each runs the shared records server with one classic durability bug (the bugs LazyFS,
-ALICE and CrashMonkey find in real storage software). Designed verdicts against
-`crash-safe-records` (service-up, write-read, service-restart and host-reboot pass for
-all of them):
+ALICE and CrashMonkey find in real storage software). Designed verdicts
+(service-up, write-read, service-restart and host-reboot pass for all of them;
+`calibration.toml` has the calibrated ones):
 
 | builder          | service-crash              | power-cut                         |
 |------------------|----------------------------|-----------------------------------|
@@ -20,7 +20,13 @@ after the last fsync before the cut. `bench/faults.py` measures how often.
 
 from __future__ import annotations
 
-from opsarena.agents.scripted.builders import RecordsServiceBuilder
+from opsarena.agents.scripted import IdleBuilder, RecordsServiceBuilder, ScriptedBuilder
+
+
+class ReferenceBuilder(RecordsServiceBuilder):
+    """Durable (fsync, atomic rename, directory fsync), enabled, restarted: passes all."""
+
+    name = "reference"
 
 
 class NoFsyncBuilder(RecordsServiceBuilder):
@@ -28,7 +34,6 @@ class NoFsyncBuilder(RecordsServiceBuilder):
     and clean reboots (the page cache keeps it); a power cut loses it."""
 
     name = "no-fsync"
-    model = "scripted/no-fsync"
     durability = "no-fsync"
 
 
@@ -37,7 +42,6 @@ class AckBeforeWriteBuilder(RecordsServiceBuilder):
     restart loses nothing, a crash loses the records still waiting."""
 
     name = "ack-before-write"
-    model = "scripted/ack-before-write"
     durability = "ack-before-write"
 
 
@@ -45,7 +49,6 @@ class NoRestartBuilder(RecordsServiceBuilder):
     """Durable, enabled, but its unit has no `Restart=`: a crash leaves it dead."""
 
     name = "no-restart"
-    model = "scripted/no-restart"
     restart = False
 
 
@@ -54,11 +57,12 @@ class FsyncNoDirsyncBuilder(RecordsServiceBuilder):
     rename is not durable until something else commits it."""
 
     name = "fsync-no-dirsync"
-    model = "scripted/fsync-no-dirsync"
     durability = "no-dirsync"
 
 
-DURABILITY_BUILDERS: tuple[type[RecordsServiceBuilder], ...] = (
+BUILDERS: tuple[type[ScriptedBuilder], ...] = (
+    ReferenceBuilder,
+    IdleBuilder,
     NoFsyncBuilder,
     AckBeforeWriteBuilder,
     NoRestartBuilder,

@@ -1,4 +1,4 @@
-"""The scripted builders of zero-downtime-deploy: install a placed release, and a deploy command.
+"""zero-downtime-deploy's scripted builders: install a placed release, and a deploy command.
 
 Each installs the arena's release v1 (`/opt/releases/<v1>/server.py`, named by the
 brief's variables in `ctx.params`) as `builder-app.service` and writes the deploy
@@ -13,9 +13,7 @@ command `/usr/local/bin/deploy-release`, acting only through `Host`. Designed ve
 | deploy-v2-first       | wrong_version |            |                 |                      |
 | deploy-no-command     | pass          | pass       | deploy_failed   |                      |
 
-`reference` (the same registry name as durable-records' reference: `ReferenceBuilder`
-hands over to `ReleaseReferenceBuilder` when the challenge is zero-downtime-deploy)
-keeps port 8080 open across deploys with systemd socket activation: the socket unit
+`reference` keeps port 8080 open across deploys with systemd socket activation: the socket unit
 owns the listening socket, `systemctl restart` lets the old release finish its requests
 on SIGTERM while new connections wait in the socket's queue for the new release.
 """
@@ -27,11 +25,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from opsarena.agents.base import AgentContext, AgentOutcome
-from opsarena.agents.scripted.builders import ScriptedBuilder
+from opsarena.agents.scripted import IdleBuilder, ScriptedBuilder
 from opsarena.agents.scripted.deploy import ServiceTarget, activation_script
 from opsarena.hosts import ExecResult, Host
 
-CHALLENGE = "zero-downtime-deploy"
 RELEASES_DIR = "/opt/releases"
 DEPLOY_COMMAND = "/usr/local/bin/deploy-release"
 
@@ -185,14 +182,12 @@ class ReleaseReferenceBuilder(ReleaseBuilder):
     """Socket activation and a restart: passes every milestone."""
 
     name = "reference"
-    model = "scripted/reference"
 
 
 class StopStartBuilder(ReleaseBuilder):
     """The service binds 8080 itself; the deploy stops it, then starts the new one."""
 
     name = "deploy-stop-start"
-    model = "scripted/deploy-stop-start"
     socket = False
     flaw = "stop-start"
 
@@ -201,7 +196,6 @@ class FreshDataBuilder(ReleaseBuilder):
     """Each release gets its own data directory: the records vanish at the deploy."""
 
     name = "deploy-fresh-data"
-    model = "scripted/deploy-fresh-data"
     flaw = "fresh-data"
 
 
@@ -209,7 +203,6 @@ class NewestOnlyDeployBuilder(ReleaseBuilder):
     """The deploy ignores its argument and deploys the newest release: no rollback."""
 
     name = "deploy-newest-only"
-    model = "scripted/deploy-newest-only"
     flaw = "newest-only"
 
 
@@ -217,7 +210,6 @@ class V2FirstBuilder(ReleaseBuilder):
     """Installs release v2 from the start."""
 
     name = "deploy-v2-first"
-    model = "scripted/deploy-v2-first"
     install = "v2"
 
 
@@ -225,5 +217,15 @@ class NoCommandBuilder(ReleaseBuilder):
     """Installs release v1 well but never writes the deploy command."""
 
     name = "deploy-no-command"
-    model = "scripted/deploy-no-command"
     flaw = "no-command"
+
+
+BUILDERS: tuple[type[ScriptedBuilder], ...] = (
+    ReleaseReferenceBuilder,
+    IdleBuilder,
+    StopStartBuilder,
+    FreshDataBuilder,
+    NewestOnlyDeployBuilder,
+    V2FirstBuilder,
+    NoCommandBuilder,
+)

@@ -1,6 +1,6 @@
-"""The scripted builders of backup-restore: a records service, a scheduled backup, a restore.
+"""backup-restore's scripted builders: a records service, a scheduled backup, a restore.
 
-Each deploys the shared records server (`records_server.py`) as `builder-app.service`
+Each deploys the records workload's server as `builder-app.service`
 keeping its records in the brief's data directory, a backup command run by a systemd
 timer, and the restore command the referee runs after it destroyed the data directory,
 acting only through `Host`. Designed verdicts (rpo: the brief's recovery point
@@ -28,25 +28,18 @@ in the wrong directory and exits 1.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import ClassVar
 
-from opsarena.agents.base import AgentContext, AgentOutcome
-from opsarena.agents.scripted.builders import (
-    CHALLENGE_VARIANTS,
-    ReferenceBuilder,
-    ScriptedBuilder,
-)
+from opsarena.agents.scripted import IdleBuilder, ScriptedBuilder
+from opsarena.agents.scripted.builders import SERVER_SCRIPT, records_server_source
 from opsarena.agents.scripted.deploy import ServiceTarget, activation_script
 from opsarena.hosts import ExecResult, Host
 
-CHALLENGE = "backup-restore"
 DATA_DIR = "/var/lib/records"
 BACKUP_DIR = "/var/backups/records"
 RESTORE_COMMAND = "/usr/local/sbin/restore-records"
 BACKUP_COMMAND = "/usr/local/sbin/backup-records"
 BACKUP_EVERY_S = 2
-_SERVER = "records_server.py"
 
 
 def service_unit(target: ServiceTarget, script: str, data_dir: str) -> str:
@@ -139,24 +132,17 @@ def timer_units() -> tuple[str, str]:
 
 
 class BackupBuilder(ScriptedBuilder):
-    """Deploys the service, the backup and the restore, with the subclass's one flaw. In
-    any other challenge a flawed one deploys like that challenge's `reference`."""
+    """Deploys the service, the backup and the restore, with the subclass's one flaw."""
 
     flaw: ClassVar[str | None] = None
-
-    async def run(self, ctx: AgentContext) -> AgentOutcome:
-        if self.flaw is not None and ctx.params.get("challenge") != CHALLENGE:
-            return await ReferenceBuilder().run(ctx)
-        return await super().run(ctx)
 
     async def deploy(
         self, host: Host, target: ServiceTarget, *, wait_seconds: float
     ) -> ExecResult | None:
         data_dir = "/srv/records" if self.flaw == "stores-elsewhere" else DATA_DIR
         backup_dir = f"{DATA_DIR}/.backups" if self.flaw == "in-datadir" else BACKUP_DIR
-        script = resources.files("opsarena.agents.scripted").joinpath(_SERVER).read_bytes()
-        script_path = f"{target.program_dir}/{_SERVER}"
-        await host.write_file(script_path, script)
+        script_path = f"{target.program_dir}/{SERVER_SCRIPT}"
+        await host.write_file(script_path, records_server_source())
         unit = service_unit(target, script_path, data_dir)
         await host.write_file(target.unit_path, unit.encode())
         backup = backup_script(data_dir, backup_dir)
@@ -205,14 +191,12 @@ class BackupReferenceBuilder(BackupBuilder):
     """Snapshots every 2 s, restores the newest: passes every milestone."""
 
     name = "reference"
-    model = "scripted/reference"
 
 
 class BackupOnceBuilder(BackupBuilder):
     """One snapshot at install, no timer: the records written later are never saved."""
 
     name = "backup-once"
-    model = "scripted/backup-once"
     flaw = "once"
 
 
@@ -220,7 +204,6 @@ class BackupInDataDirBuilder(BackupBuilder):
     """Snapshots kept inside the data directory: the disk loss takes them too."""
 
     name = "backup-in-datadir"
-    model = "scripted/backup-in-datadir"
     flaw = "in-datadir"
 
 
@@ -228,7 +211,6 @@ class BackupNotEnabledBuilder(BackupBuilder):
     """The timer is started, not enabled: after the first boot no backup runs any more."""
 
     name = "backup-not-enabled"
-    model = "scripted/backup-not-enabled"
     flaw = "not-enabled"
 
 
@@ -236,7 +218,6 @@ class StoresElsewhereBuilder(BackupBuilder):
     """Records kept in /srv, outside the data directory the brief names."""
 
     name = "stores-elsewhere"
-    model = "scripted/stores-elsewhere"
     flaw = "stores-elsewhere"
 
 
@@ -244,18 +225,15 @@ class RestoreBrokenBuilder(BackupBuilder):
     """Backs up well, but the restore looks in the wrong place and exits 1."""
 
     name = "restore-broken"
-    model = "scripted/restore-broken"
     flaw = "broken-restore"
 
 
-BACKUP_BUILDERS: tuple[type[ScriptedBuilder], ...] = (
+BUILDERS: tuple[type[ScriptedBuilder], ...] = (
+    BackupReferenceBuilder,
+    IdleBuilder,
     BackupOnceBuilder,
     BackupInDataDirBuilder,
     BackupNotEnabledBuilder,
     StoresElsewhereBuilder,
     RestoreBrokenBuilder,
 )
-"""The flawed builders (the registry lists them; `reference` runs through
-`CHALLENGE_VARIANTS`)."""
-
-CHALLENGE_VARIANTS[(CHALLENGE, "reference")] = BackupReferenceBuilder

@@ -1,4 +1,4 @@
-"""The scripted builders of `incident-repair`: repairs whose outcome is known.
+"""incident-repair's scripted builders: repairs whose outcome is known.
 
 Each diagnoses the host it is given (every breakage the challenge's setup can make is
 looked for, through `Host.exec`, as a competitor would) and repairs it, or repairs it
@@ -15,8 +15,7 @@ with one deliberate flaw. Designed verdicts:
 (up: service-up, intact: records-intact, restart: survives-restart, reboot:
 survives-reboot, else: nothing-else-broken, failing with collateral_damage.)
 
-`reference` is this module's builder when the match's challenge is incident-repair
-(`ctx.params["challenge"]`, see `CHALLENGE_VARIANTS`). `repair-wipe` recreates the data
+`repair-wipe` recreates the data
 directory empty; `repair-transient` repairs only under /run (a runtime drop-in running
 the service as root from a copy of its program and a fixed config, and the squatting
 socket stopped, not disabled); `repair-collateral` repairs, then disables every other
@@ -29,11 +28,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from opsarena.agents.scripted.builders import CHALLENGE_VARIANTS, ScriptedBuilder
+from opsarena.agents.scripted import IdleBuilder, ScriptedBuilder
 from opsarena.agents.scripted.deploy import ServiceTarget
 from opsarena.hosts import ExecResult, Host
-
-CHALLENGE = "incident-repair"
 
 _DIAGNOSE = r"""
 set -u
@@ -123,8 +120,6 @@ def repair_script(
 class IncidentBuilder(ScriptedBuilder):
     """Repairs the incident-repair host, with the subclass's flaw (none by default)."""
 
-    name = "incident-reference"
-    model = "scripted/reference"
     transient: ClassVar[bool] = False
     wipe: ClassVar[bool] = False
     collateral: ClassVar[bool] = False
@@ -165,7 +160,6 @@ class RepairWipeBuilder(IncidentBuilder):
     """Repairs, but recreates the data directory empty: the seeded records are lost."""
 
     name = "repair-wipe"
-    model = "scripted/repair-wipe"
     wipe = True
 
 
@@ -173,7 +167,6 @@ class RepairTransientBuilder(IncidentBuilder):
     """Repairs only under /run: a reboot brings the fault back."""
 
     name = "repair-transient"
-    model = "scripted/repair-transient"
     transient = True
 
 
@@ -181,7 +174,6 @@ class RepairCollateralBuilder(IncidentBuilder):
     """Repairs, then disables the metrics exporter too."""
 
     name = "repair-collateral"
-    model = "scripted/repair-collateral"
     collateral = True
 
 
@@ -190,9 +182,15 @@ class RepairStandInBuilder(IncidentBuilder):
     same program in its place: it answers alike, but its port is not the exporter's."""
 
     name = "repair-standin"
-    model = "scripted/repair-standin"
     collateral = True
     standin = True
 
 
-CHALLENGE_VARIANTS[(CHALLENGE, "reference")] = IncidentReferenceBuilder
+BUILDERS: tuple[type[ScriptedBuilder], ...] = (
+    IncidentReferenceBuilder,
+    IdleBuilder,
+    RepairWipeBuilder,
+    RepairTransientBuilder,
+    RepairCollateralBuilder,
+    RepairStandInBuilder,
+)

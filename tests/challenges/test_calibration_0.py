@@ -1,0 +1,5 @@
+"""Calibration runs of shard 0 (tests/challenges/calibration.py deals them)."""
+
+from tests.challenges.calibration import calibration_test
+
+test_calibration = calibration_test(shard=0)
