@@ -1,5 +1,6 @@
 """The import layers of issue 24, read from the source: engine (hosts, store, ledger,
-referee) -> workloads -> challenges -> match/tournament -> cli/web/integrations. A module
+referee) -> workloads -> agents (the competitors; scripted builders install a workload's
+server) -> challenges -> match/tournament -> cli/web/integrations. A module
 imports only its own layer and those below it, so the engine never reaches up into a
 workload or a challenge (a circle of imports could not then form either)."""
 
@@ -13,9 +14,12 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "opsarena"
 
 ENGINE = ("hosts", "store", "ledger", "referee", "registry", "errors", "text")
-ABOVE_ENGINE = ("workloads", "challenges", "match", "tournament", "cli", "web", "integrations")
+ABOVE_ENGINE = (
+    "workloads", "agents", "challenges", "match", "tournament", "cli", "web", "integrations",
+)  # fmt: skip
 ABOVE_WORKLOADS = ABOVE_ENGINE[1:]
-ABOVE_CHALLENGES = ABOVE_ENGINE[2:]
+ABOVE_AGENTS = ABOVE_ENGINE[2:]
+ABOVE_CHALLENGES = ABOVE_ENGINE[3:]
 
 
 def imported(path: Path) -> set[str]:
@@ -51,7 +55,8 @@ def reaching_up(paths: list[Path], above: tuple[str, ...]) -> list[str]:
     [
         ("engine", files(*ENGINE), ABOVE_ENGINE),
         ("workloads", files("workloads"), ABOVE_WORKLOADS),
-        ("built-in challenges' checks", files("challenges/builtin"), ABOVE_CHALLENGES),
+        ("agents", files("agents"), ABOVE_AGENTS),
+        ("built-in challenges", files("challenges/builtin"), ABOVE_CHALLENGES),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -61,10 +66,13 @@ def test_no_import_runs_back_up(layer: str, paths: list[Path], above: tuple[str,
 
 
 def test_built_in_checks_import_only_the_engine_and_workloads() -> None:
+    """A challenge's checks judge through the engine and workloads; only its builders
+    (competitors) use the agents' machinery."""
     allowed = (*ENGINE, "workloads")
     wrong = [
         f"{path.relative_to(SRC)} imports {name}"
         for path in files("challenges/builtin")
+        if path.name != "builders.py"
         for name in sorted(imported(path))
         if name.split(".")[1] not in allowed
     ]
