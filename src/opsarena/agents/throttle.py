@@ -233,8 +233,8 @@ class ThrottledHost(Host):
     async def wait_ready(self, timeout: float) -> str:
         return await self.inner.wait_ready(timeout)
 
-    async def disk_use(self) -> DiskUse:
-        return await self.inner.disk_use()
+    async def disk_use(self, *, within: float | None = None) -> DiskUse:
+        return await self.inner.disk_use(within=within)
 
     async def freeze_disk(self) -> None:
         await self.inner.freeze_disk()

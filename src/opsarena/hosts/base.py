@@ -286,13 +286,14 @@ class Host(abc.ABC):
         `podman exec`). Raises `HostBootError` after `timeout` seconds."""
 
     @abc.abstractmethod
-    async def disk_use(self) -> DiskUse:
+    async def disk_use(self, *, within: float | None = None) -> DiskUse:
         """Bytes and inodes the host has written to its own disk since it was created
         (its files under /run and /tmp are not disk: they count against its memory).
         Counted from outside the host, by the arena's own program, in at most a bounded
-        time. Raises `DiskMeasureError` when the count fails or runs past that time
-        (what the host wrote decides that), `HostUnavailableError` when the driver
-        cannot look now (the host is being power-cut, or podman cannot show its layer)."""
+        time (`within` seconds when given, else the driver's own bound). Raises
+        `DiskMeasureError` when the count fails or runs past that time (what the host
+        wrote decides that), `HostUnavailableError` when the driver cannot look now (the
+        host is being power-cut, or podman cannot show its layer)."""
 
     async def disk_usage(self) -> int:
         """Bytes the host has written to its own disk (`disk_use().bytes`). Raises as

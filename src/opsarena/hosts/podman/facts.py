@@ -76,15 +76,16 @@ class PodmanFacts(PodmanHostCore):
             return None
         return Proc(self._pid, self._boot_id, 1)
 
-    async def disk_use(self) -> DiskUse:
+    async def disk_use(self, *, within: float | None = None) -> DiskUse:
+        bound = DISK_COUNT_S if within is None else within
         upper = await self._upper_dir()
         # The upper directory is the arena's, outside the host's view: the host cannot
         # remove it. It is missing only while a power-cut disk is unmounted.
         cutting = self.disk is not None and self._rebooting
         if cutting or not await asyncio.to_thread(os.path.isdir, upper):
             raise HostUnavailableError(f"the disk of {self.name} is not mounted now")
-        deadline = time.monotonic() + DISK_COUNT_S
-        (used, inodes), partial = await self._du(upper, deadline)
+        deadline = time.monotonic() + bound
+        (used, inodes), partial = await self._du(upper, deadline, bound)
         return DiskUse(bytes=used, inodes=inodes, partial=partial)
 
     async def _upper_dir(self) -> str:
@@ -101,7 +102,7 @@ class PodmanFacts(PodmanHostCore):
                 self._upper = str(upper)
         return self._upper
 
-    async def _du(self, upper: str, deadline: float) -> tuple[tuple[int, int], bool]:
+    async def _du(self, upper: str, deadline: float, bound: float) -> tuple[tuple[int, int], bool]:
         """The totals of `du -sx -B1` and `du -sx --inodes` under `upper` and whether
         either is partial (du said something vanished meanwhile but still gave a total).
         One program started for both (the controller counts every host every second: a
@@ -112,7 +113,7 @@ class PodmanFacts(PodmanHostCore):
         except OSError as exc:
             raise DiskMeasureError(f"cannot measure the disk of {self.name}: {exc}") from exc
         if counted.code is None:
-            raise DiskMeasureError(f"counting the disk of {self.name} took over {DISK_COUNT_S:g}s")
+            raise DiskMeasureError(f"counting the disk of {self.name} took over {bound:g}s")
         totals = [line.split()[0] for line in counted.out.splitlines() if line]
         if len(totals) != 2 or not all(total.isdigit() for total in totals):
             raise DiskMeasureError(
