@@ -115,7 +115,7 @@ async def test_preflight_refuses_a_host_that_already_passes(tmp_path: Path) -> N
             HostSpec(match_id=source_match, territory="solver", image=plan.challenge.image)
         )
         ctx = AgentContext(source_match, "solver", "", host, time.monotonic() + 60)
-        await get_scripted("reference").run(ctx)
+        await get_scripted("reference", plan.challenge.directory).run(ctx)
         subprocess.run(["podman", "commit", host.name, image], check=True, capture_output=True)
         await driver.cleanup(match_id=source_match)
         solved = plan.challenge.model_copy(update={"image": image})

@@ -42,7 +42,7 @@ from cryptography.x509.oid import NameOID
 from opsarena.agents import Agent, AgentContext, AgentOutcome
 from opsarena.agents.competitors import competitor_from_cli
 from opsarena.agents.registry import register_agent_kind
-from opsarena.agents.scripted import get_scripted
+from opsarena.agents.scripted import ScriptedAgent
 from opsarena.challenges import Challenge, builtin_challenge
 from opsarena.hosts import Host, get_driver
 from opsarena.match.controller import Controller, MatchPlan
@@ -202,7 +202,8 @@ class Planter(Agent):
         )
         if not planted.ok:
             return AgentOutcome("failed", False, "could not plant", "player")
-        return await get_scripted("reference").run(ctx)
+        # The reference of the challenge being played (its directory is in the params).
+        return await ScriptedAgent("reference").run(ctx)
 
 
 register_agent_kind("test-planter", lambda spec, settings, env: Planter(), arg=None)
